@@ -1,0 +1,1 @@
+"""The domain: task model, the states table, error classes and outcomes."""

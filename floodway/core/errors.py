@@ -1,0 +1,112 @@
+"""floodway's exceptions. One root, so callers can catch everything floodway raises.
+
+::
+
+    FloodwayError
+    ├── ConfigError              bad configuration (names the key and the file)
+    ├── StoreError               the database cannot be opened or used
+    ├── IllegalTransition        a status change that the states table forbids
+    ├── TaskNotFound             no such task (or not the caller's tenant)
+    ├── UnknownKind              a kind nobody declared
+    ├── InvalidInput             input that is not a JSON object, too deep, ...
+    ├── IdempotencyConflict      an Idempotency-Key reused with a different body
+    ├── AdmissionRefused         a tenant limit says "too fast" (has ``limit``, ``retry_after``)
+    ├── WaitTimeout              ``wait()`` gave up before the task ended
+    └── HandlerError             raised by handlers to tell floodway what happened
+        ├── RetryableError       worth another attempt (``retry_after``, ``throttled``)
+        ├── FatalError           never retried (invalid request, quota exhausted, refusal)
+        └── InvalidOutput        the upstream answered, but the output is unusable (poison)
+"""
+
+from __future__ import annotations
+
+
+class FloodwayError(Exception):
+    """Root of every exception floodway raises."""
+
+
+class ConfigError(FloodwayError):
+    pass
+
+
+class StoreError(FloodwayError):
+    pass
+
+
+class IllegalTransition(FloodwayError):
+    def __init__(self, frm: str, to: str, detail: str = "") -> None:
+        self.frm, self.to = frm, to
+        msg = f"illegal transition {frm} -> {to}"
+        super().__init__(f"{msg}: {detail}" if detail else msg)
+
+
+class TaskNotFound(FloodwayError):
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"no task {task_id!r}")
+
+
+class UnknownKind(FloodwayError):
+    def __init__(self, kind: str, known: list[str] | None = None) -> None:
+        self.kind = kind
+        hint = f" (known kinds: {', '.join(sorted(known))})" if known else ""
+        super().__init__(f"unknown kind {kind!r}{hint}")
+
+
+class InvalidInput(FloodwayError):
+    pass
+
+
+class IdempotencyConflict(FloodwayError):
+    def __init__(self, key: str, task_id: str) -> None:
+        self.key, self.task_id = key, task_id
+        super().__init__(
+            f"Idempotency-Key {key!r} was already used for task {task_id} with a different body"
+        )
+
+
+class AdmissionRefused(FloodwayError):
+    def __init__(self, limit: str, message: str, retry_after: float) -> None:
+        self.limit, self.retry_after = limit, retry_after
+        super().__init__(message)
+
+
+class WaitTimeout(FloodwayError):
+    pass
+
+
+class HandlerError(FloodwayError):
+    """Base of the exceptions a handler raises to classify its own failure."""
+
+    error_type: str = "handler_error"
+
+    def __init__(self, message: str, *, type: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if type is not None:
+            self.error_type = type
+
+
+class RetryableError(HandlerError):
+    error_type = "retryable"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        throttled: bool = False,
+        type: str | None = None,
+    ) -> None:
+        super().__init__(message, type=type or ("rate_limited" if throttled else None))
+        self.retry_after = retry_after
+        # A throttle (429) is the resource's problem, not the task's: it does not use an attempt.
+        self.throttled = throttled
+
+
+class FatalError(HandlerError):
+    error_type = "fatal"
+
+
+class InvalidOutput(HandlerError):
+    error_type = "invalid_output"

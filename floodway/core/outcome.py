@@ -1,0 +1,68 @@
+"""What running a task produced (the executor's answer), and what to write (the decision).
+
+run -> decide -> persist: the executor returns an :data:`Outcome`, :mod:`floodway.retry`
+maps it to a :class:`Completion`, and the completer writes it as a compare-and-set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from floodway.core.states import Status
+from floodway.core.task import JSON, ErrorInfo
+
+
+@dataclass(frozen=True)
+class Succeeded:
+    result: JSON
+    usage: float | None = None  # actual cost the provider reported
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: ErrorInfo
+    retry_after: float | None = None
+    throttled: bool = False
+    usage: float | None = None
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    reason: str = "cancelled by request"
+
+
+@dataclass(frozen=True)
+class WaitingUpstream:
+    """The handler submitted an upstream job and asks to be woken for a poll at ``poll_at``."""
+
+    upstream_ref: str
+    poll_at: float
+
+
+Outcome = Succeeded | Failed | Cancelled | WaitingUpstream
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One compare-and-set: ``task_id`` in ``expected`` held by ``lease_token`` -> ``to``."""
+
+    task_id: str
+    to: Status
+    expected: Status = Status.RUNNING
+    lease_token: str | None = None
+    result: JSON = None
+    error: ErrorInfo | None = None
+    next_attempt_at: float | None = None
+    refund_attempt: bool = False  # a throttle or a graceful release does not use an attempt
+    invalid_output: bool = False
+    cost_actual: float | None = None
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a completion did: ``applied`` is False when the CAS found the task elsewhere."""
+
+    task_id: str
+    applied: bool
+    status: Status | None = None  # the status now stored (whoever wrote it)
+    released: tuple[str, ...] = ()  # waiters resolved or promoted by this completion

@@ -1,0 +1,60 @@
+"""The one place that knows which status may follow which (DESIGN section 3).
+
+Every status write in floodway goes through :func:`check_transition`, and the stores turn it
+into a compare-and-set, so an illegal or stale transition raises instead of landing.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from floodway.core.errors import IllegalTransition
+
+
+class Status(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEAD = "dead"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    DEDUPED = "deduped"
+
+
+S = Status
+
+TRANSITIONS: dict[Status, frozenset[Status]] = {
+    S.QUEUED: frozenset({S.RUNNING, S.CANCELLED, S.DEDUPED, S.TIMEOUT}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.RETRYING, S.FAILED, S.DEAD, S.TIMEOUT, S.CANCELLED}),
+    S.RETRYING: frozenset({S.RUNNING, S.CANCELLED, S.TIMEOUT}),
+    # The manual back-edge: a person (or API call) asks for another go.
+    S.FAILED: frozenset({S.QUEUED}),
+    S.DEAD: frozenset({S.QUEUED}),
+    S.TIMEOUT: frozenset({S.QUEUED}),
+    S.SUCCEEDED: frozenset(),
+    S.CANCELLED: frozenset(),
+    S.DEDUPED: frozenset(),
+}
+
+#: No automatic transition leaves these; only a manual retry leaves the first three.
+TERMINAL: frozenset[Status] = frozenset(
+    {S.SUCCEEDED, S.FAILED, S.DEAD, S.TIMEOUT, S.CANCELLED, S.DEDUPED}
+)
+#: States from which a manual retry is allowed.
+RETRYABLE_BY_HAND: frozenset[Status] = frozenset({S.FAILED, S.DEAD, S.TIMEOUT})
+#: States a worker may claim from.
+CLAIMABLE: frozenset[Status] = frozenset({S.QUEUED, S.RETRYING})
+#: States that hold or wait for work.
+ACTIVE: frozenset[Status] = frozenset({S.QUEUED, S.RUNNING, S.RETRYING})
+
+
+def is_legal(frm: Status, to: Status) -> bool:
+    return to in TRANSITIONS[frm]
+
+
+def check_transition(frm: Status, to: Status) -> None:
+    """Raise :class:`IllegalTransition` unless ``frm -> to`` is in the table."""
+    if not is_legal(frm, to):
+        raise IllegalTransition(frm.value, to.value)

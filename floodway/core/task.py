@@ -1,0 +1,161 @@
+"""The task as floodway stores and reports it, plus the value objects around it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from floodway.core.states import TERMINAL, Status
+
+JSON = Any  # a value that json.dumps accepts
+
+
+class Lane(StrEnum):
+    INTERACTIVE = "interactive"
+    BACKGROUND = "background"
+
+    @property
+    def rank(self) -> int:
+        return 0 if self is Lane.INTERACTIVE else 1
+
+
+class ErrorClass(StrEnum):
+    RETRYABLE = "retryable"
+    FATAL = "fatal"
+    POISON = "poison"
+    INTERRUPTED = "interrupted"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    EXHAUSTED = "exhausted"
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    cls: ErrorClass
+    type: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"class": self.cls.value, "type": self.type, "message": self.message}
+
+    @classmethod
+    def from_json(cls, data: dict[str, str] | None) -> ErrorInfo | None:
+        if not data:
+            return None
+        return cls(ErrorClass(data["class"]), data["type"], data["message"])
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    kind: str
+    status: Status
+    lane: Lane
+    tenant: str
+    input: JSON
+    result: JSON = None
+    error: ErrorInfo | None = None
+    attempts: int = 0
+    max_attempts: int = 4
+    idempotency_key: str | None = None  # the caller's request key (Idempotency-Key header)
+    fingerprint: str | None = None  # the work key: same work -> same fingerprint
+    duplicate_of: str | None = None
+    waits_for: str | None = None  # in-flight task with the same fingerprint we wait on
+    upstream_ref: str | None = None
+    cost_estimated: float = 0.0
+    cost_actual: float | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    deadline_at: float | None = None
+    next_attempt_at: float | None = None
+    metadata: dict[str, JSON] = field(default_factory=dict)
+    callback_url: str | None = None
+    batch_id: str | None = None
+    lease_owner: str | None = None
+    lease_token: str | None = None
+    lease_expires_at: float | None = None
+    invalid_outputs: int = 0
+    cancel_requested: bool = False
+    poll_attempts: int = 0
+    seq: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def work_key(self) -> str:
+        """The key sent upstream as Idempotency-Key: stable across attempts and recovery."""
+        return self.fingerprint or f"fw-{self.id}"
+
+
+@dataclass(frozen=True)
+class NewTask:
+    """What a submit asks the store to create."""
+
+    kind: str
+    input: JSON
+    tenant: str = "default"
+    lane: Lane = Lane.BACKGROUND
+    max_attempts: int = 4
+    deadline_s: float | None = None
+    idempotency_key: str | None = None
+    key_ttl_s: float = 24 * 3600
+    fingerprint: str | None = None
+    cost_estimated: float = 0.0
+    metadata: dict[str, JSON] = field(default_factory=dict)
+    callback_url: str | None = None
+    batch_id: str | None = None
+    interactive_depth: int = 0  # 0 = unlimited; checked atomically with the insert
+    #: sha256 of the canonical request body, to tell a replay from a conflicting reuse of a key
+    request_hash: str = ""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    task: Task
+    reused: bool = False  # the request key matched an existing task
+
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def new_id(now: float, prefix: str = "t") -> str:
+    """A sortable id (48-bit milliseconds + 80 random bits, Crockford base32)."""
+    value = (int(now * 1000) << 80) | int.from_bytes(os.urandom(10), "big")
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return prefix + "_" + "".join(reversed(chars))
+
+
+def new_token() -> str:
+    return os.urandom(12).hex()
+
+
+def canonical_json(value: JSON) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def fingerprint(kind: str, version: str, value: JSON) -> str:
+    """sha256 of (kind, kind version, canonical input): the same work has the same print."""
+    digest = hashlib.sha256()
+    digest.update(f"{kind}\x00{version}\x00".encode())
+    digest.update(canonical_json(value).encode())
+    return digest.hexdigest()
+
+
+def request_hash(*parts: JSON) -> str:
+    return hashlib.sha256(canonical_json(list(parts)).encode()).hexdigest()
+
+
+def monotonic() -> float:
+    return time.monotonic()

@@ -1,0 +1,190 @@
+"""The store seam: what the engine asks of a ledger, named by domain verbs.
+
+Every verb takes ``now`` from the caller's clock (never the database's), so a fake clock
+reaches SQL. Every status write is a compare-and-set on (status, lease token) and checks the
+states table first; result and status land in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from floodway.core.outcome import Applied, Completion
+from floodway.core.states import Status
+from floodway.core.task import ErrorInfo, Lane, NewTask, Submitted, Task
+
+
+@dataclass(frozen=True)
+class ClaimParams:
+    owner: str
+    token: str
+    kinds: tuple[str, ...]
+    limit: int
+    now: float
+    lease_s: float
+    #: claim exactly these (chosen by admission control); None = the next ``limit`` ready tasks
+    ids: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ReadyQuery:
+    kinds: tuple[str, ...]
+    now: float
+    limit: int
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A ready task as admission control sees it (no input, no result: cheap to list)."""
+
+    task_id: str
+    kind: str
+    tenant: str
+    lane: Lane
+    cost: float
+    seq: int
+    created_at: float
+    deadline_at: float | None
+
+
+@dataclass(frozen=True)
+class TaskQuery:
+    tenant: str | None = None
+    status: Status | None = None
+    kind: str | None = None
+    lane: Lane | None = None
+    batch_id: str | None = None
+    after_seq: int | None = None  # keyset pagination
+    limit: int = 100
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    lost: tuple[str, ...] = ()  # leases we no longer hold: stop writing for these
+    cancel_requested: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Retention:
+    now: float
+    result_ttl_s: float = 7 * 86400
+    row_ttl_s: float = 30 * 86400
+    key_ttl_s: float = 24 * 3600
+
+
+@dataclass(frozen=True)
+class Purged:
+    results_cleared: int = 0
+    rows_deleted: int = 0
+    keys_expired: int = 0
+
+
+@dataclass(frozen=True)
+class TaskEvent:
+    seq: int
+    task_id: str
+    status: Status
+    at: float
+    attempt: int
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    by_status: dict[str, int] = field(default_factory=dict)
+    by_kind_status: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TaskChange:
+    task_id: str
+    status: Status
+    tenant: str
+
+
+ChangeListener = Callable[[Sequence[TaskChange]], None]
+
+
+class Store(Protocol):
+    """A durable ledger of tasks. Implementations: SQLite (embedded), PostgreSQL (fleet)."""
+
+    url: str
+
+    async def open(self) -> None:
+        """Connect and apply pending migrations."""
+        ...
+
+    async def close(self) -> None: ...
+
+    def add_listener(self, listener: ChangeListener) -> None:
+        """Called (in the event loop) after each committed write with the changes it made."""
+        ...
+
+    async def wait_for_change(self, timeout: float) -> bool:
+        """Block until another process may have written (or ``timeout``); True on a change."""
+        ...
+
+    # -- submit and read -------------------------------------------------------------------
+    async def submit(self, new: Sequence[NewTask], now: float) -> list[Submitted]:
+        """Insert tasks (one transaction). Applies the request key (same key -> same task,
+        other body -> IdempotencyConflict), the work fingerprint (succeeded -> ``deduped``,
+        in flight -> waits for it) and the per-tenant interactive depth limit."""
+        ...
+
+    async def get(self, task_id: str, tenant: str | None = None) -> Task | None: ...
+
+    async def list_tasks(self, query: TaskQuery) -> list[Task]: ...
+
+    async def events(self, task_id: str, after_seq: int = 0) -> list[TaskEvent]: ...
+
+    async def stats(self) -> StoreStats: ...
+
+    # -- the worker's hot path ----------------------------------------------------------
+    async def ready(self, query: ReadyQuery) -> list[Candidate]:
+        """Ready tasks in dispatch order (interactive first, then oldest), without claiming."""
+        ...
+
+    async def claim(self, params: ClaimParams) -> list[Task]:
+        """queued/retrying -> running in one statement; counts the attempt; sets the lease."""
+        ...
+
+    async def complete(self, items: Sequence[Completion], now: float) -> list[Applied]:
+        """Compare-and-set many status writes in one transaction."""
+        ...
+
+    async def heartbeat(
+        self, owner: str, task_ids: Sequence[str], now: float, lease_s: float
+    ) -> HeartbeatResult: ...
+
+    async def set_upstream_ref(self, task_id: str, lease_token: str, ref: str, now: float) -> bool:
+        """Record the upstream job id durably before waiting on it."""
+        ...
+
+    # -- requests from people ---------------------------------------------------------------
+    async def request_cancel(self, task_id: str, tenant: str | None, now: float) -> Task:
+        """queued/retrying -> cancelled at once; running -> flag for its worker. Terminal ->
+        IllegalTransition."""
+        ...
+
+    async def manual_retry(self, task_id: str, tenant: str | None, now: float) -> Task:
+        """failed/dead/timeout -> queued with a fresh attempt budget."""
+        ...
+
+    # -- maintenance ----------------------------------------------------------------------
+    async def expired_leases(self, now: float, limit: int) -> list[Task]: ...
+
+    async def past_deadline(self, now: float, limit: int) -> list[Task]: ...
+
+    async def purge(self, retention: Retention) -> Purged: ...
+
+    async def try_lead(self, name: str, owner: str, now: float, ttl_s: float) -> bool:
+        """Become (or stay) the one leader for ``name`` until ``now + ttl_s``."""
+        ...
+
+    async def set_error_if(
+        self, task_id: str, expected: Status, to: Status, error: ErrorInfo, now: float
+    ) -> bool:
+        """A maintenance write with no lease (deadline sweep on queued/retrying)."""
+        ...
