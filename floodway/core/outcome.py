@@ -56,6 +56,8 @@ class Completion:
     refund_attempt: bool = False  # a throttle or a graceful release does not use an attempt
     invalid_output: bool = False
     cost_actual: float | None = None
+    #: the task is parked on an upstream job (no lease): the CAS checks ``parked`` instead
+    parked: bool = False
 
 
 @dataclass(frozen=True)

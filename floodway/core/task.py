@@ -84,6 +84,9 @@ class Task:
     invalid_outputs: int = 0
     cancel_requested: bool = False
     poll_attempts: int = 0
+    parked: bool = False
+    callback_state: str | None = None
+    callback_attempts: int = 0
     seq: int = 0
 
     @property

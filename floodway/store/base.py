@@ -13,7 +13,7 @@ from typing import Protocol
 
 from floodway.core.outcome import Applied, Completion
 from floodway.core.states import Status
-from floodway.core.task import ErrorInfo, Lane, NewTask, Submitted, Task
+from floodway.core.task import Lane, NewTask, Submitted, Task
 
 
 @dataclass(frozen=True)
@@ -155,11 +155,44 @@ class Store(Protocol):
         ...
 
     async def heartbeat(
-        self, owner: str, task_ids: Sequence[str], now: float, lease_s: float
-    ) -> HeartbeatResult: ...
+        self, leases: Sequence[tuple[str, str]], now: float, lease_s: float
+    ) -> HeartbeatResult:
+        """Extend the leases given as (task_id, lease_token); report the ones we lost."""
+        ...
 
     async def set_upstream_ref(self, task_id: str, lease_token: str, ref: str, now: float) -> bool:
         """Record the upstream job id durably before waiting on it."""
+        ...
+
+    async def park(
+        self,
+        task_id: str,
+        lease_token: str,
+        ref: str,
+        poll_at: float,
+        now: float,
+        *,
+        polled: bool = False,
+    ) -> bool:
+        """Leave a running task waiting on upstream job ``ref`` without a worker or a lease
+        (a durable timer): it is woken at ``poll_at`` by :meth:`claim_parked`, or completed
+        by a webhook with ``Completion(parked=True)``."""
+        ...
+
+    async def claim_parked(self, params: ClaimParams) -> list[Task]:
+        """Take the lease of parked tasks due for a poll (the attempt count is unchanged)."""
+        ...
+
+    async def next_parked_at(self) -> float | None: ...
+
+    async def find_upstream(self, kind: str, ref: str) -> Task | None: ...
+
+    async def due_callbacks(self, now: float, limit: int) -> list[Task]:
+        """Terminal tasks whose callback_url has not been delivered yet (the outbox)."""
+        ...
+
+    async def callback_result(self, task_id: str, state: str, next_at: float | None) -> None:
+        """state: 'delivered', 'failed' (gave up) or 'pending' (try again at ``next_at``)."""
         ...
 
     # -- requests from people ---------------------------------------------------------------
@@ -181,10 +214,4 @@ class Store(Protocol):
 
     async def try_lead(self, name: str, owner: str, now: float, ttl_s: float) -> bool:
         """Become (or stay) the one leader for ``name`` until ``now + ttl_s``."""
-        ...
-
-    async def set_error_if(
-        self, task_id: str, expected: Status, to: Status, error: ErrorInfo, now: float
-    ) -> bool:
-        """A maintenance write with no lease (deadline sweep on queued/retrying)."""
         ...

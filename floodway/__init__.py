@@ -1,0 +1,52 @@
+"""floodway: a durable scheduler for calls to slow, rate-limited, billed AI providers."""
+
+from floodway.app import Floodway
+from floodway.config import Settings, load_settings
+from floodway.context import Context
+from floodway.core.errors import (
+    AdmissionRefused,
+    ConfigError,
+    FatalError,
+    FloodwayError,
+    HandlerError,
+    IdempotencyConflict,
+    IllegalTransition,
+    InvalidInput,
+    InvalidOutput,
+    RetryableError,
+    StoreError,
+    TaskNotFound,
+    UnknownKind,
+    WaitTimeout,
+)
+from floodway.core.states import Status
+from floodway.core.task import ErrorClass, ErrorInfo, Lane, Task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AdmissionRefused",
+    "ConfigError",
+    "Context",
+    "ErrorClass",
+    "ErrorInfo",
+    "FatalError",
+    "Floodway",
+    "FloodwayError",
+    "HandlerError",
+    "IdempotencyConflict",
+    "IllegalTransition",
+    "InvalidInput",
+    "InvalidOutput",
+    "Lane",
+    "RetryableError",
+    "Settings",
+    "Status",
+    "StoreError",
+    "Task",
+    "TaskNotFound",
+    "UnknownKind",
+    "WaitTimeout",
+    "__version__",
+    "load_settings",
+]

@@ -1,0 +1,331 @@
+"""``Floodway``: the library entry point (DESIGN section 2, "Library")."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from floodway.clock import Clock, SystemClock, wait_event
+from floodway.config import KindConfig, Settings, load_settings
+from floodway.core.errors import ConfigError, TaskNotFound, WaitTimeout
+from floodway.core.task import Submitted, Task
+from floodway.engine import AlertHook, Engine
+from floodway.kinds import CostFn, Handler, KindRegistry, KindSpec, Lookup, Poll
+from floodway.limits.base import Admission
+from floodway.maintenance.loop import Maintenance
+from floodway.retry import RetryPolicy
+from floodway.store.base import Store, TaskQuery
+from floodway.store.factory import open_store
+from floodway.worker.worker import Worker, WorkerOptions
+
+
+class Floodway:
+    """One ledger, its kinds and limits. Submit, wait, cancel, retry; run workers.
+
+    ``Floodway(database="sqlite:///floodway.db")`` or ``Floodway(config="floodway.toml")``.
+    """
+
+    def __init__(
+        self,
+        database: str | None = None,
+        *,
+        config: str | Path | None = None,
+        settings: Settings | None = None,
+        clock: Clock | None = None,
+        policy: RetryPolicy | None = None,
+        admission: Admission | None = None,
+        on_dead: AlertHook | None = None,
+    ) -> None:
+        if settings is None:
+            settings = load_settings(config, database=database)
+        elif database is not None:
+            settings = settings.model_copy(update={"database": database})
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self.kinds = KindRegistry()
+        self._policy = policy or RetryPolicy()
+        self._admission = admission
+        self._alert_hooks: list[AlertHook] = [on_dead] if on_dead else []
+        self._engine: Engine | None = None
+        self._open_lock: asyncio.Lock | None = None
+        self._workers: list[Worker] = []
+
+    # -- declaring kinds -------------------------------------------------------------------------
+    def kind(
+        self,
+        name: str,
+        *,
+        resource: str | None = None,
+        max_attempts: int = 4,
+        deadline_s: float | None = 900.0,
+        timeout_s: float | None = None,
+        cost: CostFn | None = None,
+        version: str = "1",
+        dedupe: bool = True,
+        fallback: str | None = None,
+        output_schema: dict[str, Any] | None = None,
+        idempotent: bool = False,
+        lookup: Lookup | None = None,
+        poll: Poll | None = None,
+    ) -> Callable[[Handler], Handler]:
+        """Declare a kind whose tasks run the decorated ``async def handler(ctx, input)``."""
+
+        def register(handler: Handler) -> Handler:
+            if (
+                resource is not None
+                and self.settings.resources
+                and (resource not in self.settings.resources)
+            ):
+                raise ConfigError(f"kind {name!r}: unknown resource {resource!r}")
+            self.kinds.add(
+                KindSpec(
+                    name=name,
+                    handler=handler,
+                    resource=resource,
+                    max_attempts=max_attempts,
+                    deadline_s=deadline_s,
+                    timeout_s=timeout_s,
+                    cost=cost,
+                    version=version,
+                    dedupe=dedupe,
+                    fallback=fallback,
+                    output_schema=output_schema,
+                    idempotent=idempotent,
+                    lookup=lookup,
+                    poll=poll,
+                )
+            )
+            return handler
+
+        return register
+
+    def add_kind(self, spec: KindSpec) -> None:
+        self.kinds.add(spec)
+
+    def on_dead(self, hook: AlertHook) -> AlertHook:
+        """Register a callable run when a task becomes a dead letter."""
+        self._alert_hooks.append(hook)
+        if self._engine is not None:
+            self._engine.alert_hooks.append(hook)
+        return hook
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            raise RuntimeError("Floodway is not open: use 'async with fw' or await fw.open()")
+        return self._engine
+
+    @property
+    def store(self) -> Store:
+        return self.engine.store
+
+    async def open(self) -> Floodway:
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if self._engine is not None:
+                return self
+            self._load_config_kinds()
+            self.kinds.check_fallbacks()
+            store = open_store(self.settings.database)
+            await store.open()
+            engine = Engine(
+                store=store,
+                kinds=self.kinds,
+                clock=self.clock,
+                admission=self._admission or self._build_admission(),
+                policy=self._policy,
+                alert_hooks=list(self._alert_hooks),
+                alert_url=self.settings.alert_url,
+                interactive_depth=self.settings.tenants.interactive_depth,
+                key_ttl_s=self.settings.retention.keys,
+            )
+            store.add_listener(engine.hub.on_changes)
+            self._engine = engine
+        return self
+
+    async def close(self) -> None:
+        for worker in list(self._workers):
+            await worker.stop(0)
+        if self._engine is not None:
+            closer = getattr(self._engine.admission, "aclose", None)
+            if closer is not None:
+                await closer()
+            await self._engine.store.close()
+            self._engine = None
+
+    async def __aenter__(self) -> Floodway:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _load_config_kinds(self) -> None:
+        for name, cfg in self.settings.kinds.items():
+            if name not in self.kinds:
+                self.kinds.add(build_kind(name, cfg, self.settings))
+
+    def _build_admission(self) -> Admission:
+        from floodway.limits.factory import build_admission
+
+        return build_admission(self.settings, self.kinds, self.clock)
+
+    # -- tasks -------------------------------------------------------------------------------
+    async def submit(
+        self,
+        kind: str,
+        input: Any,
+        *,
+        lane: str = "background",
+        key: str | None = None,
+        tenant: str = "default",
+        max_attempts: int | None = None,
+        deadline_s: float | None = None,
+        metadata: dict[str, Any] | None = None,
+        callback_url: str | None = None,
+        batch_id: str | None = None,
+    ) -> Task:
+        """Queue a task and return it at once (``deduped`` if the same work already ran)."""
+        return (
+            await self.submit_ex(
+                kind,
+                input,
+                lane=lane,
+                key=key,
+                tenant=tenant,
+                max_attempts=max_attempts,
+                deadline_s=deadline_s,
+                metadata=metadata,
+                callback_url=callback_url,
+                batch_id=batch_id,
+            )
+        ).task
+
+    async def submit_ex(self, kind: str, input: Any, **options: Any) -> Submitted:
+        """Like :meth:`submit`, and says whether the request key matched an earlier task."""
+        await self.open()
+        new = self.engine.new_task(kind, input, **options)
+        return (await self.engine.store.submit([new], self.clock.now()))[0]
+
+    async def submit_many(self, kind: str, inputs: list[Any], **options: Any) -> list[Task]:
+        """Queue many tasks of one kind in one transaction."""
+        await self.open()
+        news = [self.engine.new_task(kind, value, **options) for value in inputs]
+        return [s.task for s in await self.engine.store.submit(news, self.clock.now())]
+
+    async def get(self, task_id: str, *, tenant: str | None = None) -> Task:
+        await self.open()
+        task = await self.engine.store.get(task_id, tenant)
+        if task is None:
+            raise TaskNotFound(task_id)
+        return task
+
+    async def list(self, query: TaskQuery | None = None) -> list[Task]:
+        await self.open()
+        return await self.engine.store.list_tasks(query or TaskQuery())
+
+    async def wait(
+        self, task_id: str, timeout: float | None = None, *, tenant: str | None = None
+    ) -> Task:
+        """Wait until the task is terminal. Woken by changes in this process at once, and
+        notices other processes' writes within a quarter second."""
+        await self.open()
+        engine = self.engine
+        event = engine.hub.watch(task_id)
+        give_up = None if timeout is None else self.clock.now() + timeout
+        try:
+            while True:
+                event.clear()
+                task = await self.get(task_id, tenant=tenant)
+                if task.terminal:
+                    return task
+                left = 0.25 if give_up is None else min(0.25, give_up - self.clock.now())
+                if left <= 0:
+                    raise WaitTimeout(f"task {task_id} still {task.status.value} after {timeout}s")
+                await wait_event(self.clock, event, left)
+        finally:
+            engine.hub.unwatch(task_id, event)
+
+    async def cancel(self, task_id: str, *, tenant: str | None = None) -> Task:
+        """Cancel: queued/retrying at once; running gets the abort signal."""
+        await self.open()
+        task = await self.engine.store.request_cancel(task_id, tenant, self.clock.now())
+        for worker in self._workers:
+            worker.cancel_local(task_id)
+        return task
+
+    async def retry(self, task_id: str, *, tenant: str | None = None) -> Task:
+        """The manual back-edge: failed/dead/timeout -> queued with a fresh attempt budget."""
+        await self.open()
+        return await self.engine.store.manual_retry(task_id, tenant, self.clock.now())
+
+    # -- running -----------------------------------------------------------------------------
+    @asynccontextmanager
+    async def worker(
+        self,
+        concurrency: int | None = None,
+        *,
+        maintenance: bool = True,
+        grace_s: float | None = None,
+    ) -> AsyncIterator[Worker]:
+        """Run workers (and the maintenance loop) in this process while the block runs."""
+        await self.open()
+        cfg = self.settings.worker
+        worker = Worker(
+            self.engine,
+            WorkerOptions(
+                concurrency=concurrency or cfg.concurrency,
+                lease_s=cfg.lease,
+                grace_s=cfg.grace if grace_s is None else grace_s,
+                claim_batch=cfg.claim_batch,
+                heartbeat_s=min(2.0, cfg.lease / 3),
+            ),
+        )
+        maint = self.maintenance() if maintenance else None
+        await worker.start()
+        self._workers.append(worker)
+        if maint is not None:
+            maint.start()
+        try:
+            yield worker
+        finally:
+            if maint is not None:
+                await maint.stop()
+            await worker.stop(grace_s)
+            self._workers.remove(worker)
+
+    def maintenance(self) -> Maintenance:
+        r = self.settings.retention
+        return Maintenance(self.engine, results_s=r.results, rows_s=r.rows, keys_s=r.keys)
+
+
+def build_kind(name: str, cfg: KindConfig, settings: Settings) -> KindSpec:
+    """A kind declared in the config file."""
+    if cfg.adapter == "python":
+        if not cfg.handler or ":" not in cfg.handler:
+            raise ConfigError(f"kinds.{name}.handler: give 'module:function' for adapter python")
+        module_name, _, attr = cfg.handler.partition(":")
+        try:
+            handler = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"kinds.{name}.handler: cannot load {cfg.handler!r}: {exc}") from None
+        return KindSpec(
+            name=name,
+            handler=handler,
+            resource=cfg.resource,
+            max_attempts=cfg.max_attempts,
+            deadline_s=cfg.deadline,
+            timeout_s=cfg.timeout,
+            version=cfg.version,
+            dedupe=cfg.dedupe,
+            fallback=cfg.fallback,
+            output_schema=cfg.output_schema,
+        )
+    from floodway.providers.registry import build_provider_kind
+
+    return build_provider_kind(name, cfg, settings)

@@ -1,0 +1,65 @@
+"""What a handler gets besides its input."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from floodway.core.task import Task
+
+if TYPE_CHECKING:
+    from floodway.clock import Clock
+    from floodway.store.base import Store
+
+
+class Context:
+    """Per-attempt handle given to a handler.
+
+    ``idempotency_key`` is the same across attempts and across crash recovery: send it
+    upstream so the provider never bills the same work twice.
+    """
+
+    def __init__(self, task: Task, store: Store, clock: Clock) -> None:
+        self.task = task
+        self.cancelled = asyncio.Event()
+        self._store = store
+        self._clock = clock
+        self.usage: float | None = None
+        self.upstream_ref: str | None = task.upstream_ref
+        self.response_headers: dict[str, str] = {}
+        self.throttled = False
+
+    @property
+    def task_id(self) -> str:
+        return self.task.id
+
+    @property
+    def idempotency_key(self) -> str:
+        return self.task.work_key
+
+    @property
+    def attempt(self) -> int:
+        return self.task.attempts
+
+    @property
+    def deadline_at(self) -> float | None:
+        return self.task.deadline_at
+
+    def now(self) -> float:
+        return self._clock.now()
+
+    def report_usage(self, amount: float) -> None:
+        """The actual cost the provider reported (tokens, characters...): settles the
+        estimate made at submit."""
+        self.usage = float(amount)
+
+    async def set_upstream_ref(self, ref: str) -> None:
+        """Record the upstream job id durably before waiting on it, so recovery can resume
+        the job instead of paying for it again."""
+        assert self.task.lease_token is not None
+        if not await self._store.set_upstream_ref(
+            self.task.id, self.task.lease_token, ref, self._clock.now()
+        ):
+            self.cancelled.set()  # we lost the lease: stop working for nobody
+            raise asyncio.CancelledError("lease lost")
+        self.upstream_ref = ref

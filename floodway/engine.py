@@ -1,0 +1,175 @@
+"""The parts every worker, maintenance loop and API share, wired once per ``Floodway``."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import httpx
+
+from floodway.clock import Clock
+from floodway.core.errors import InvalidInput
+from floodway.core.outcome import Applied, Completion
+from floodway.core.states import Status
+from floodway.core.task import Lane, NewTask, Task, fingerprint, request_hash
+from floodway.kinds import KindRegistry
+from floodway.limits.base import Admission
+from floodway.retry import RetryPolicy
+from floodway.store.base import Store, TaskChange
+from floodway.validation import check_input
+
+log = logging.getLogger("floodway")
+
+AlertHook = Callable[[Task], Awaitable[None] | None]
+
+
+class ChangeHub:
+    """Fans the store's change notes out to whoever waits in this process."""
+
+    def __init__(self) -> None:
+        self.work_available = asyncio.Event()
+        self._task_waiters: dict[str, set[asyncio.Event]] = {}
+        self._any: set[asyncio.Event] = set()
+
+    def on_changes(self, changes: Sequence[TaskChange]) -> None:
+        for change in changes:
+            if change.status in (Status.QUEUED, Status.RETRYING):
+                self.work_available.set()
+            for event in self._task_waiters.get(change.task_id, ()):
+                event.set()
+        for event in self._any:
+            event.set()
+
+    def watch(self, task_id: str) -> asyncio.Event:
+        event = asyncio.Event()
+        self._task_waiters.setdefault(task_id, set()).add(event)
+        return event
+
+    def unwatch(self, task_id: str, event: asyncio.Event) -> None:
+        waiters = self._task_waiters.get(task_id)
+        if waiters is not None:
+            waiters.discard(event)
+            if not waiters:
+                del self._task_waiters[task_id]
+
+    def watch_all(self) -> asyncio.Event:
+        event = asyncio.Event()
+        self._any.add(event)
+        return event
+
+    def unwatch_all(self, event: asyncio.Event) -> None:
+        self._any.discard(event)
+
+
+@dataclass
+class Engine:
+    store: Store
+    kinds: KindRegistry
+    clock: Clock
+    admission: Admission
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    hub: ChangeHub = field(default_factory=ChangeHub)
+    alert_hooks: list[AlertHook] = field(default_factory=list)
+    alert_url: str = ""
+    interactive_depth: int = 5
+    key_ttl_s: float = 24 * 3600
+
+    def new_task(
+        self,
+        kind: str,
+        value: object,
+        *,
+        tenant: str = "default",
+        lane: str = "background",
+        key: str | None = None,
+        max_attempts: int | None = None,
+        deadline_s: float | None = None,
+        metadata: dict[str, object] | None = None,
+        callback_url: str | None = None,
+        batch_id: str | None = None,
+    ) -> NewTask:
+        """Validate a submit and turn it into what the store inserts (raises on bad input)."""
+        spec = self.kinds.get(kind)
+        check_input(value)
+        try:
+            lane_value = Lane(lane)
+        except ValueError:
+            raise InvalidInput(
+                f"lane must be 'interactive' or 'background', not {lane!r}"
+            ) from None
+        cost = spec.estimate(value)
+        self.check_fits(spec.resource, cost)
+        attempts = spec.max_attempts if max_attempts is None else max_attempts
+        if attempts < 1:
+            raise InvalidInput("max_attempts must be at least 1")
+        deadline = spec.deadline_s if deadline_s is None else deadline_s
+        if deadline is not None and deadline <= 0:
+            raise InvalidInput("deadline_s must be positive")
+        return NewTask(
+            kind=kind,
+            input=value,
+            tenant=tenant,
+            lane=lane_value,
+            max_attempts=attempts,
+            deadline_s=deadline,
+            idempotency_key=key,
+            key_ttl_s=self.key_ttl_s,
+            fingerprint=fingerprint(kind, spec.version, value) if spec.dedupe else None,
+            cost_estimated=cost,
+            metadata=metadata or {},
+            callback_url=callback_url,
+            batch_id=batch_id,
+            interactive_depth=self.interactive_depth,
+            request_hash=request_hash(
+                kind, value, lane, max_attempts, deadline_s, metadata, callback_url
+            ),
+        )
+
+    def check_fits(self, resource: str | None, cost: float) -> None:
+        check = getattr(self.admission, "check_fits", None)
+        if resource is not None and check is not None:
+            check(resource, cost)
+
+    async def after_completion(self, task: Task, item: Completion, applied: Applied) -> None:
+        """Effects that follow a landed write: alerts for dead letters, poison fallbacks."""
+        if not applied.applied:
+            return
+        if item.to is Status.DEAD:
+            await self.alert(task, item)
+        if item.to is Status.FAILED and item.error is not None and item.error.cls.value == "poison":
+            spec = self.kinds.get(task.kind)
+            if spec.fallback is not None:
+                new = self.new_task(
+                    spec.fallback,
+                    task.input,
+                    tenant=task.tenant,
+                    lane=task.lane.value,
+                    metadata={**task.metadata, "fallback_of": task.id},
+                )
+                await self.store.submit([new], self.clock.now())
+
+    async def alert(self, task: Task, item: Completion) -> None:
+        dead = dataclasses.replace(task, status=Status.DEAD, error=item.error)
+        for hook in self.alert_hooks:
+            try:
+                result = hook(dead)
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                log.exception("alert hook failed for task %s", task.id)
+        if self.alert_url:
+            body = {
+                "event": "task.dead",
+                "task_id": task.id,
+                "kind": task.kind,
+                "tenant": task.tenant,
+                "error": item.error.to_json() if item.error else None,
+            }
+            try:
+                async with httpx.AsyncClient(timeout=5.0) as client:
+                    await client.post(self.alert_url, json=body)
+            except httpx.HTTPError as exc:
+                log.warning("alert POST to %s failed: %s", self.alert_url, exc)

@@ -1,0 +1,158 @@
+"""The one retry policy: classify what happened, then decide what to write.
+
+Full-jitter exponential backoff (delay = uniform(0, min(cap, base * 2**(attempt-1)))), a
+server's Retry-After wins, fatal errors never retry, a throttle (429) does not use an attempt,
+invalid output three times is poison, attempts exhausted is dead, a deadline passed is timeout.
+Every call site (worker, poller, webhook delivery, client) uses this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+
+import httpx
+
+from floodway.core.errors import FatalError, HandlerError, InvalidOutput, RetryableError
+from floodway.core.outcome import Cancelled, Completion, Failed, Outcome, Succeeded
+from floodway.core.states import Status
+from floodway.core.task import ErrorClass, ErrorInfo, Task
+
+
+@dataclass(frozen=True)
+class Backoff:
+    base_s: float = 1.0
+    cap_s: float = 60.0
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Full jitter: uniform over [0, min(cap, base * 2^(attempt-1))]."""
+        ceiling = min(self.cap_s, self.base_s * (2 ** max(0, attempt - 1)))
+        return (rng or random).uniform(0.0, ceiling)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    backoff: Backoff = field(default_factory=Backoff)
+    poison_after: int = 3  # invalid outputs before the input is marked poison
+    #: how long a throttled task waits at least when the server gave no Retry-After
+    throttle_floor_s: float = 0.5
+
+    def classify(self, exc: BaseException) -> Failed:
+        """Map a handler's exception to a failure class."""
+        if isinstance(exc, RetryableError):
+            return Failed(
+                ErrorInfo(ErrorClass.RETRYABLE, exc.error_type, exc.message),
+                retry_after=exc.retry_after,
+                throttled=exc.throttled,
+            )
+        if isinstance(exc, InvalidOutput):
+            return Failed(ErrorInfo(ErrorClass.POISON, exc.error_type, exc.message))
+        if isinstance(exc, FatalError | HandlerError):
+            return Failed(ErrorInfo(ErrorClass.FATAL, exc.error_type, exc.message))
+        if isinstance(exc, TimeoutError | asyncio.TimeoutError | httpx.TimeoutException):
+            return Failed(ErrorInfo(ErrorClass.RETRYABLE, "timeout", _describe(exc)))
+        if isinstance(exc, ConnectionError | httpx.TransportError):
+            return Failed(ErrorInfo(ErrorClass.RETRYABLE, "connection", _describe(exc)))
+        return Failed(ErrorInfo(ErrorClass.FATAL, type(exc).__name__, _describe(exc)))
+
+    def decide(
+        self, task: Task, outcome: Outcome, now: float, rng: random.Random | None = None
+    ) -> Completion:
+        """What to write for a running ``task`` (claimed, so ``task.attempts`` counts this
+        attempt) given what the attempt produced."""
+
+        def write(to: Status, **kw: object) -> Completion:
+            return Completion(task.id, to, Status.RUNNING, task.lease_token, **kw)  # type: ignore[arg-type]
+
+        if isinstance(outcome, Succeeded):
+            return write(Status.SUCCEEDED, result=outcome.result, cost_actual=outcome.usage)
+        if isinstance(outcome, Cancelled):
+            error = ErrorInfo(ErrorClass.CANCELLED, "cancelled", outcome.reason)
+            return write(Status.CANCELLED, error=error)
+        if not isinstance(outcome, Failed):
+            raise TypeError(f"decide() cannot write {outcome!r}")
+        error, cost = outcome.error, outcome.usage
+        if error.cls is ErrorClass.POISON:
+            if task.invalid_outputs + 1 >= self.poison_after:
+                poison = ErrorInfo(
+                    ErrorClass.POISON,
+                    error.type,
+                    f"invalid output on {task.invalid_outputs + 1} attempts: {error.message}",
+                )
+                return write(Status.FAILED, error=poison, invalid_output=True, cost_actual=cost)
+            retry = ErrorInfo(ErrorClass.RETRYABLE, error.type, error.message)
+            return self._retry(task, retry, None, False, now, rng, invalid=True, cost=cost)
+        if error.cls is ErrorClass.RETRYABLE:
+            return self._retry(
+                task, error, outcome.retry_after, outcome.throttled, now, rng, cost=cost
+            )
+        if error.cls is ErrorClass.TIMEOUT:
+            return write(Status.TIMEOUT, error=error, cost_actual=cost)
+        return write(Status.FAILED, error=error, cost_actual=cost)
+
+    def _retry(
+        self,
+        task: Task,
+        error: ErrorInfo,
+        retry_after: float | None,
+        throttled: bool,
+        now: float,
+        rng: random.Random | None,
+        *,
+        invalid: bool = False,
+        cost: float | None = None,
+    ) -> Completion:
+        if not throttled and task.attempts >= task.max_attempts:
+            dead = ErrorInfo(
+                ErrorClass.EXHAUSTED,
+                error.type,
+                f"gave up after {task.attempts} attempts: {error.message}",
+            )
+            return Completion(
+                task.id,
+                Status.DEAD,
+                Status.RUNNING,
+                task.lease_token,
+                error=dead,
+                invalid_output=invalid,
+                cost_actual=cost,
+            )
+        if retry_after is not None:
+            delay = max(0.0, retry_after)
+        elif throttled:
+            delay = max(self.throttle_floor_s, self.backoff.delay(task.attempts, rng))
+        else:
+            delay = self.backoff.delay(task.attempts, rng)
+        at = now + delay
+        if task.deadline_at is not None and at >= task.deadline_at:
+            late = ErrorInfo(
+                ErrorClass.TIMEOUT,
+                "deadline",
+                f"the next attempt ({delay:.1f}s away) would start after the deadline; "
+                f"last error: {error.message}",
+            )
+            return Completion(
+                task.id,
+                Status.TIMEOUT,
+                Status.RUNNING,
+                task.lease_token,
+                error=late,
+                cost_actual=cost,
+            )
+        return Completion(
+            task.id,
+            Status.RETRYING,
+            Status.RUNNING,
+            task.lease_token,
+            error=error,
+            next_attempt_at=at,
+            refund_attempt=throttled,
+            invalid_output=invalid,
+            cost_actual=cost,
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,24 @@
+"""Pick the store for a database URL."""
+
+from __future__ import annotations
+
+from floodway.core.errors import StoreError
+from floodway.store.base import Store
+
+
+def open_store(url: str) -> Store:
+    """A store for ``url`` (not yet opened): ``sqlite:///file.db`` or ``postgresql://...``."""
+    scheme = url.split(":", 1)[0].lower()
+    if scheme == "sqlite" or url == ":memory:":
+        from floodway.store.sqlite import SqliteStore
+
+        return SqliteStore(url)
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from floodway.store.postgres import PostgresStore
+        except ImportError as exc:  # pragma: no cover - shipped with the package
+            raise StoreError(f"PostgreSQL store unavailable: {exc}") from exc
+        return PostgresStore(url)
+    raise StoreError(
+        f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or postgresql://..."
+    )

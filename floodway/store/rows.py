@@ -1,0 +1,81 @@
+"""Turning stored rows into :class:`~floodway.core.task.Task` (shared by the backends)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from floodway.core.states import Status
+from floodway.core.task import ErrorInfo, Lane, NewTask, Task
+
+
+def dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def loads(value: Any) -> Any:
+    if value is None or not isinstance(value, str | bytes):
+        return value
+    return json.loads(value)
+
+
+def task_from_row(row: Mapping[str, Any]) -> Task:
+    return Task(
+        id=row["id"],
+        kind=row["kind"],
+        status=Status(row["status"]),
+        lane=Lane(row["lane"]),
+        tenant=row["tenant"],
+        input=loads(row["input"]),
+        result=loads(row["result"]),
+        error=ErrorInfo.from_json(loads(row["error"])),
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        idempotency_key=row["idempotency_key"],
+        fingerprint=row["fingerprint"],
+        duplicate_of=row["duplicate_of"],
+        waits_for=row["waits_for"],
+        upstream_ref=row["upstream_ref"],
+        cost_estimated=row["cost_estimated"],
+        cost_actual=row["cost_actual"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        deadline_at=row["deadline_at"],
+        next_attempt_at=row["next_attempt_at"],
+        metadata=loads(row["metadata"]) or {},
+        callback_url=row["callback_url"],
+        batch_id=row["batch_id"],
+        lease_owner=row["lease_owner"],
+        lease_token=row["lease_token"],
+        lease_expires_at=row["lease_expires_at"],
+        invalid_outputs=row["invalid_outputs"],
+        cancel_requested=bool(row["cancel_requested"]),
+        poll_attempts=row["poll_attempts"],
+        parked=bool(row["parked"]),
+        callback_state=row["callback_state"],
+        callback_attempts=row["callback_attempts"],
+        seq=row["seq"],
+    )
+
+
+def insert_params(task_id: str, new: NewTask, now: float) -> dict[str, Any]:
+    return {
+        "id": task_id,
+        "kind": new.kind,
+        "lane": new.lane.value,
+        "lane_rank": new.lane.rank,
+        "tenant": new.tenant,
+        "input": dumps(new.input),
+        "max_attempts": new.max_attempts,
+        "idempotency_key": new.idempotency_key,
+        "fingerprint": new.fingerprint,
+        "cost_estimated": new.cost_estimated,
+        "now": now,
+        "deadline_at": None if new.deadline_s is None else now + new.deadline_s,
+        "metadata": dumps(new.metadata or {}),
+        "callback_url": new.callback_url,
+        "batch_id": new.batch_id,
+    }

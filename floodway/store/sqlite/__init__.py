@@ -1,0 +1,3 @@
+from floodway.store.sqlite.store import SqliteStore
+
+__all__ = ["SqliteStore"]

@@ -1,0 +1,233 @@
+-- Named queries of the SQLite store. Each block starts with "-- name: NAME".
+-- Times are parameters (the engine's clock), never the database's.
+
+-- name: insert_task
+INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
+                   idempotency_key, fingerprint, cost_estimated, created_at, updated_at,
+                   deadline_at, next_attempt_at, metadata, callback_url, batch_id)
+VALUES (:id, :kind, 'queued', :lane, :lane_rank, :tenant, :input, :max_attempts,
+        :idempotency_key, :fingerprint, :cost_estimated, :now, :now,
+        :deadline_at, :now, :metadata, :callback_url, :batch_id)
+RETURNING *;
+
+-- name: get_task
+SELECT * FROM tasks WHERE id = :id;
+
+-- name: get_request_key
+SELECT task_id, request_hash, expires_at FROM request_keys WHERE tenant = :tenant AND key = :key;
+
+-- name: put_request_key
+INSERT INTO request_keys (tenant, key, task_id, request_hash, expires_at)
+VALUES (:tenant, :key, :task_id, :request_hash, :expires_at)
+ON CONFLICT (tenant, key) DO UPDATE SET task_id = excluded.task_id,
+    request_hash = excluded.request_hash, expires_at = excluded.expires_at;
+
+-- name: count_interactive
+SELECT count(*) FROM tasks
+WHERE tenant = :tenant AND lane = 'interactive' AND status IN ('queued', 'running', 'retrying');
+
+-- name: claim_fingerprint
+INSERT INTO fingerprints (fingerprint, task_id, state, updated_at)
+VALUES (:fingerprint, :task_id, 'inflight', :now)
+ON CONFLICT (fingerprint) DO NOTHING;
+
+-- name: get_fingerprint
+SELECT task_id, state FROM fingerprints WHERE fingerprint = :fingerprint;
+
+-- name: fingerprint_succeeded
+UPDATE fingerprints SET state = 'succeeded', updated_at = :now
+WHERE fingerprint = :fingerprint AND task_id = :task_id;
+
+-- name: fingerprint_handover
+UPDATE fingerprints SET task_id = :new_task_id, updated_at = :now
+WHERE fingerprint = :fingerprint AND task_id = :task_id;
+
+-- name: fingerprint_drop
+DELETE FROM fingerprints WHERE fingerprint = :fingerprint AND task_id = :task_id;
+
+-- name: mark_deduped
+UPDATE tasks SET status = 'deduped', duplicate_of = :duplicate_of, waits_for = NULL,
+    result = :result, finished_at = :now, updated_at = :now,
+    callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
+    callback_next_at = CASE WHEN callback_url IS NOT NULL THEN :now ELSE callback_next_at END
+WHERE id = :id AND status = 'queued'
+RETURNING id, tenant;
+
+-- name: wait_for
+UPDATE tasks SET waits_for = :waits_for, duplicate_of = :waits_for WHERE id = :id;
+
+-- name: resolve_waiters
+UPDATE tasks SET status = 'deduped', duplicate_of = :duplicate_of, waits_for = NULL,
+    result = :result, finished_at = :now, updated_at = :now,
+    callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
+    callback_next_at = CASE WHEN callback_url IS NOT NULL THEN :now ELSE callback_next_at END
+WHERE waits_for = :waits_for AND status = 'queued'
+RETURNING id, tenant;
+
+-- name: first_waiter
+SELECT id FROM tasks WHERE waits_for = :waits_for AND status = 'queued' ORDER BY seq LIMIT 1;
+
+-- name: promote_waiter
+UPDATE tasks SET waits_for = NULL, duplicate_of = NULL, next_attempt_at = :now, updated_at = :now
+WHERE id = :id;
+
+-- name: repoint_waiters
+UPDATE tasks SET waits_for = :new_task_id, duplicate_of = :new_task_id
+WHERE waits_for = :waits_for AND status = 'queued';
+
+-- name: insert_event
+INSERT INTO task_events (task_id, status, at, attempt, detail)
+VALUES (:task_id, :status, :at, :attempt, :detail);
+
+-- name: list_events
+SELECT seq, task_id, status, at, attempt, detail FROM task_events
+WHERE task_id = :task_id AND seq > :after_seq ORDER BY seq;
+
+-- name: ready
+SELECT id, kind, tenant, lane, cost_estimated, seq, created_at, deadline_at FROM tasks
+WHERE status IN ('queued', 'retrying') AND waits_for IS NULL AND next_attempt_at <= :now
+  AND kind IN (SELECT value FROM json_each(:kinds))
+ORDER BY lane_rank, next_attempt_at, seq
+LIMIT :limit;
+
+-- name: claim_next
+UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = :owner,
+    lease_token = :token, lease_expires_at = :expires_at,
+    started_at = COALESCE(started_at, :now), updated_at = :now
+WHERE seq IN (
+    SELECT seq FROM tasks
+    WHERE status IN ('queued', 'retrying') AND waits_for IS NULL AND next_attempt_at <= :now
+      AND kind IN (SELECT value FROM json_each(:kinds))
+    ORDER BY lane_rank, next_attempt_at, seq
+    LIMIT :limit)
+RETURNING *;
+
+-- name: claim_ids
+UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = :owner,
+    lease_token = :token, lease_expires_at = :expires_at,
+    started_at = COALESCE(started_at, :now), updated_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND status IN ('queued', 'retrying') AND waits_for IS NULL
+RETURNING *;
+
+-- name: complete
+UPDATE tasks SET status = :to, result = :result, error = :error,
+    next_attempt_at = COALESCE(:next_attempt_at, next_attempt_at),
+    attempts = attempts - :refund, invalid_outputs = invalid_outputs + :invalid,
+    cost_actual = COALESCE(:cost_actual, cost_actual),
+    finished_at = CASE WHEN :terminal THEN :now ELSE NULL END,
+    updated_at = :now, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+    cancel_requested = 0, parked = 0,
+    callback_state = CASE WHEN :terminal AND callback_url IS NOT NULL THEN 'pending'
+                          ELSE callback_state END,
+    callback_next_at = CASE WHEN :terminal AND callback_url IS NOT NULL THEN :now
+                            ELSE callback_next_at END
+WHERE id = :id AND status = :expected AND (:token IS NULL OR lease_token = :token)
+  AND (:parked = 0 OR parked = 1)
+RETURNING id, tenant, fingerprint, attempts;
+
+-- name: status_of
+SELECT status FROM tasks WHERE id = :id;
+
+-- name: heartbeat
+UPDATE tasks SET lease_expires_at = :expires_at, updated_at = :now
+WHERE id = :id AND status = 'running' AND lease_token = :token
+RETURNING cancel_requested;
+
+-- name: set_upstream_ref
+UPDATE tasks SET upstream_ref = :ref, updated_at = :now
+WHERE id = :id AND status = 'running' AND lease_token = :token;
+
+-- name: cancel_now
+UPDATE tasks SET status = 'cancelled', error = :error, finished_at = :now, updated_at = :now,
+    waits_for = NULL,
+    callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
+    callback_next_at = CASE WHEN callback_url IS NOT NULL THEN :now ELSE callback_next_at END
+WHERE id = :id AND status = :expected
+RETURNING id;
+
+-- name: request_cancel_running
+UPDATE tasks SET cancel_requested = 1, updated_at = :now WHERE id = :id AND status = 'running';
+
+-- name: manual_retry
+UPDATE tasks SET status = 'queued', attempts = 0, invalid_outputs = 0, result = NULL,
+    error = NULL, callback_state = NULL, callback_attempts = 0, poll_attempts = 0, finished_at = NULL, next_attempt_at = :now, updated_at = :now,
+    deadline_at = CASE WHEN deadline_at IS NULL THEN NULL
+                       ELSE :now + (deadline_at - created_at) END
+WHERE id = :id AND status = :expected
+RETURNING id;
+
+-- name: expired_leases
+SELECT * FROM tasks WHERE status = 'running' AND lease_expires_at < :now
+ORDER BY lease_expires_at LIMIT :limit;
+
+-- name: past_deadline
+SELECT * FROM tasks
+WHERE status IN ('queued', 'running', 'retrying') AND deadline_at IS NOT NULL
+  AND deadline_at < :now
+ORDER BY deadline_at LIMIT :limit;
+
+-- name: purge_results
+UPDATE tasks SET result = NULL, error = NULL
+WHERE finished_at IS NOT NULL AND finished_at < :before
+  AND (result IS NOT NULL OR error IS NOT NULL);
+
+-- name: purge_fingerprints
+DELETE FROM fingerprints WHERE state = 'succeeded' AND updated_at < :before;
+
+-- name: purge_rows
+DELETE FROM tasks WHERE finished_at IS NOT NULL AND finished_at < :before
+  AND status IN ('succeeded', 'failed', 'dead', 'timeout', 'cancelled', 'deduped');
+
+-- name: purge_events
+DELETE FROM task_events WHERE at < :before;
+
+-- name: purge_keys
+DELETE FROM request_keys WHERE expires_at < :now;
+
+-- name: try_lead
+INSERT INTO leaders (name, owner, expires_at) VALUES (:name, :owner, :expires_at)
+ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+WHERE leaders.owner = excluded.owner OR leaders.expires_at < :now
+RETURNING owner;
+
+-- name: stats
+SELECT kind, status, count(*) FROM tasks GROUP BY kind, status;
+
+-- name: list_tasks
+SELECT * FROM tasks
+WHERE (:tenant IS NULL OR tenant = :tenant) AND (:status IS NULL OR status = :status)
+  AND (:kind IS NULL OR kind = :kind) AND (:lane IS NULL OR lane = :lane)
+  AND (:batch_id IS NULL OR batch_id = :batch_id) AND seq > :after_seq
+ORDER BY seq LIMIT :limit;
+
+-- name: park
+UPDATE tasks SET parked = 1, upstream_ref = :ref, next_attempt_at = :poll_at,
+    poll_attempts = poll_attempts + :polled, lease_owner = NULL, lease_token = NULL,
+    lease_expires_at = NULL, updated_at = :now
+WHERE id = :id AND status = 'running' AND lease_token = :token;
+
+-- name: claim_parked
+UPDATE tasks SET parked = 0, lease_owner = :owner, lease_token = :token,
+    lease_expires_at = :expires_at, updated_at = :now
+WHERE seq IN (
+    SELECT seq FROM tasks
+    WHERE status = 'running' AND parked = 1 AND next_attempt_at <= :now
+      AND kind IN (SELECT value FROM json_each(:kinds))
+    ORDER BY next_attempt_at LIMIT :limit)
+RETURNING *;
+
+-- name: next_parked_at
+SELECT min(next_attempt_at) FROM tasks WHERE status = 'running' AND parked = 1;
+
+-- name: find_upstream
+SELECT * FROM tasks WHERE kind = :kind AND upstream_ref = :ref;
+
+-- name: due_callbacks
+SELECT * FROM tasks WHERE callback_state = 'pending' AND callback_next_at <= :now
+ORDER BY callback_next_at LIMIT :limit;
+
+-- name: callback_result
+UPDATE tasks SET callback_state = :state, callback_attempts = callback_attempts + 1,
+    callback_next_at = :next_at
+WHERE id = :id AND callback_state = 'pending';

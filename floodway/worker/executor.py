@@ -1,0 +1,77 @@
+"""Run one claimed task's handler and turn whatever happens into an :data:`Outcome`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import jsonschema
+
+from floodway.clock import Clock
+from floodway.context import Context
+from floodway.core.errors import InvalidOutput
+from floodway.core.outcome import Cancelled, Failed, Outcome, Succeeded
+from floodway.core.task import ErrorClass, ErrorInfo
+from floodway.kinds import KindSpec
+from floodway.retry import RetryPolicy
+
+
+async def execute(spec: KindSpec, ctx: Context, policy: RetryPolicy, clock: Clock) -> Outcome:
+    """Never raises (but CancelledError when the worker itself is being torn down)."""
+    budget = _time_budget(spec, ctx, clock)
+    if budget is not None and budget <= 0:
+        return _deadline_outcome(ctx)
+    run = asyncio.ensure_future(spec.handler(ctx, ctx.task.input))
+    cancel_watch = asyncio.ensure_future(ctx.cancelled.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {run, cancel_watch}, timeout=budget, return_when=asyncio.FIRST_COMPLETED
+        )
+    except asyncio.CancelledError:
+        run.cancel()
+        cancel_watch.cancel()
+        raise
+    cancel_watch.cancel()
+    if run not in done:
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await run
+        if ctx.cancelled.is_set():
+            return Cancelled("cancelled while running")
+        if ctx.deadline_at is not None and clock.now() >= ctx.deadline_at:
+            return _deadline_outcome(ctx)
+        return Failed(
+            ErrorInfo(
+                ErrorClass.RETRYABLE, "timeout", f"handler ran longer than {spec.timeout_s}s"
+            ),
+            usage=ctx.usage,
+        )
+    try:
+        result = run.result()
+    except asyncio.CancelledError:
+        return Cancelled("handler cancelled")
+    except Exception as exc:
+        failed = policy.classify(exc)
+        return Failed(failed.error, failed.retry_after, failed.throttled, ctx.usage)
+    if spec.output_schema is not None:
+        try:
+            jsonschema.validate(result, spec.output_schema)
+        except jsonschema.ValidationError as exc:
+            failed = policy.classify(InvalidOutput(f"output fails the schema: {exc.message}"))
+            return Failed(failed.error, usage=ctx.usage)
+    return Succeeded(result, ctx.usage)
+
+
+def _time_budget(spec: KindSpec, ctx: Context, clock: Clock) -> float | None:
+    limits = []
+    if spec.timeout_s is not None:
+        limits.append(spec.timeout_s)
+    if ctx.deadline_at is not None:
+        limits.append(ctx.deadline_at - clock.now())
+    return min(limits) if limits else None
+
+
+def _deadline_outcome(ctx: Context) -> Failed:
+    return Failed(
+        ErrorInfo(ErrorClass.TIMEOUT, "deadline", "the task's deadline passed"), usage=ctx.usage
+    )

@@ -1,0 +1,265 @@
+"""A worker: claims tasks its process has handlers for, runs them, writes the outcome.
+
+dispatcher (claim loop) -> executor (one task -> outcome) -> retry policy (outcome -> write)
+-> completer (compare-and-set under ``asyncio.shield``). Heartbeats renew leases and carry
+cancel requests; a lost lease fences the execution (its write would be refused anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+
+from floodway.clock import wait_event
+from floodway.context import Context
+from floodway.core.outcome import Completion
+from floodway.core.states import Status
+from floodway.core.task import Task, new_token
+from floodway.engine import Engine
+from floodway.limits.base import Permit, Settlement
+from floodway.store.base import ClaimParams, ReadyQuery
+from floodway.worker.executor import execute
+
+log = logging.getLogger("floodway.worker")
+
+
+@dataclass
+class _Running:
+    task: Task
+    ctx: Context
+    permit: Permit
+    job: asyncio.Task[None] | None = None
+    fenced: bool = False
+
+
+@dataclass
+class WorkerOptions:
+    concurrency: int = 20
+    lease_s: float = 30.0
+    heartbeat_s: float = 2.0
+    grace_s: float = 10.0
+    claim_batch: int = 64
+    idle_poll_s: float = 1.0
+    owner: str = field(
+        default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{new_token()[:6]}"
+    )
+
+
+class Worker:
+    def __init__(self, engine: Engine, options: WorkerOptions | None = None) -> None:
+        self.engine = engine
+        self.options = options or WorkerOptions()
+        self.running: dict[str, _Running] = {}
+        self._stopping = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+        self.claimed = 0
+        self.completed = 0
+
+    @property
+    def owner(self) -> str:
+        return self.options.owner
+
+    async def start(self) -> None:
+        self._loops = [
+            asyncio.create_task(self._dispatch_loop(), name="floodway-dispatch"),
+            asyncio.create_task(self._heartbeat_loop(), name="floodway-heartbeat"),
+        ]
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop claiming; let running tasks finish within the grace period; release the
+        rest back to the queue (not counted as a crash, not counted as an attempt)."""
+        self._stopping.set()
+        self._slot_freed.set()
+        for loop in self._loops[:1]:
+            loop.cancel()
+        grace = self.options.grace_s if grace_s is None else grace_s
+        jobs = [r.job for r in self.running.values() if r.job is not None]
+        if jobs:
+            _, pending = await asyncio.wait(jobs, timeout=grace)
+            for job in pending:
+                job.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        for loop in self._loops:
+            loop.cancel()
+        for loop in self._loops:
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop
+
+    def cancel_local(self, task_id: str) -> bool:
+        """Deliver a cancel request to a task running in this process, at once."""
+        run = self.running.get(task_id)
+        if run is None:
+            return False
+        run.ctx.cancelled.set()
+        return True
+
+    # -- dispatcher ---------------------------------------------------------------------------
+    async def _dispatch_loop(self) -> None:
+        engine = self.engine
+        hub = engine.hub
+        while not self._stopping.is_set():
+            free = self.options.concurrency - len(self.running)
+            claimed = 0
+            if free > 0:
+                try:
+                    claimed = await self._claim(min(free, self.options.claim_batch))
+                except Exception:
+                    log.exception("claim failed; backing off")
+                    await engine.clock.sleep(1.0)
+                    continue
+            if claimed and claimed == min(free, self.options.claim_batch):
+                continue  # maybe more ready: claim again at once
+            if free - claimed <= 0:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            hub.work_available.clear()
+            await self._idle_wait()
+
+    async def _idle_wait(self) -> None:
+        engine = self.engine
+        timeout = self.options.idle_poll_s
+        hint = engine.admission.next_admission_in(engine.clock.now())
+        if hint is not None:
+            timeout = max(0.001, min(timeout, hint))
+        local = asyncio.ensure_future(wait_event(engine.clock, engine.hub.work_available, timeout))
+        remote = asyncio.ensure_future(engine.store.wait_for_change(timeout))
+        freed = asyncio.ensure_future(self._slot_freed.wait())
+        try:
+            await asyncio.wait({local, remote, freed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for f in (local, remote, freed):
+                f.cancel()
+            self._slot_freed.clear()
+
+    async def _claim(self, limit: int) -> int:
+        engine = self.engine
+        now = engine.clock.now()
+        kinds = engine.kinds.names()
+        params = ClaimParams(self.owner, new_token(), kinds, limit, now, self.options.lease_s)
+        permits: dict[str, Permit] = {}
+        if engine.admission.limited:
+            ready = await engine.store.ready(ReadyQuery(kinds, now, max(limit * 4, 32)))
+            if not ready:
+                return 0
+            admitted = await engine.admission.admit(ready, now)
+            for extra in admitted[limit:]:
+                await engine.admission.release(extra, now)
+            permits = {p.task_id: p for p in admitted[:limit]}
+            if not permits:
+                return 0
+            params = ClaimParams(
+                self.owner,
+                params.token,
+                kinds,
+                limit,
+                now,
+                self.options.lease_s,
+                ids=tuple(permits),
+            )
+        tasks = await engine.store.claim(params)
+        got = {t.id for t in tasks}
+        for task_id, permit in permits.items():
+            if task_id not in got:
+                await engine.admission.release(permit, now)
+        for task in tasks:
+            permit = permits.get(task.id) or Permit(task.id, None, task.tenant, task.cost_estimated)
+            ctx = Context(task, engine.store, engine.clock)
+            run = _Running(task, ctx, permit)
+            self.running[task.id] = run
+            if task.cancel_requested:
+                ctx.cancelled.set()
+            run.job = asyncio.create_task(self._run(run), name=f"floodway-task-{task.id}")
+        self.claimed += len(tasks)
+        return len(tasks)
+
+    # -- one task -----------------------------------------------------------------------------
+    async def _run(self, run: _Running) -> None:
+        engine = self.engine
+        spec = engine.kinds.get(run.task.kind)
+        try:
+            outcome = await execute(spec, run.ctx, engine.policy, engine.clock)
+        except asyncio.CancelledError:
+            # Torn down by stop(): hand the task back without spending an attempt.
+            item = Completion(
+                run.task.id,
+                Status.RETRYING,
+                Status.RUNNING,
+                run.task.lease_token,
+                error=None,
+                next_attempt_at=engine.clock.now(),
+                refund_attempt=True,
+            )
+            await asyncio.shield(self._finish(run, item, Settlement()))
+            return
+        except Exception:  # a bug in floodway, not in the handler: never lose the task
+            log.exception("executor failed on %s", run.task.id)
+            from floodway.core.outcome import Failed
+            from floodway.core.task import ErrorClass, ErrorInfo
+
+            outcome = Failed(ErrorInfo(ErrorClass.RETRYABLE, "internal", "executor failed"))
+        item = engine.policy.decide(run.task, outcome, engine.clock.now())
+        settlement = Settlement(
+            actual_cost=run.ctx.usage,
+            throttled=bool(getattr(outcome, "throttled", False)),
+            retry_after=getattr(outcome, "retry_after", None),
+            headers=run.ctx.response_headers,
+        )
+        await asyncio.shield(self._finish(run, item, settlement))
+
+    async def _finish(self, run: _Running, item: Completion, settlement: Settlement) -> None:
+        engine = self.engine
+        try:
+            await engine.admission.settle(run.permit, settlement, engine.clock.now())
+            if run.fenced:
+                log.warning("task %s: lease lost, result dropped", run.task.id)
+                return
+            try:
+                applied = await engine.store.complete([item], engine.clock.now())
+            except Exception:
+                # The lease will expire and the sweeper will reconcile the task.
+                log.exception("could not write the outcome of %s", run.task.id)
+                return
+            if not applied[0].applied:
+                log.warning(
+                    "task %s: outcome %s refused (now %s)",
+                    run.task.id,
+                    item.to.value,
+                    applied[0].status,
+                )
+            await engine.after_completion(run.task, item, applied[0])
+            self.completed += 1
+        finally:
+            self.running.pop(run.task.id, None)
+            self._slot_freed.set()
+
+    # -- leases -------------------------------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        engine = self.engine
+        while True:
+            await engine.clock.sleep(self.options.heartbeat_s)
+            leases = [
+                (r.task.id, r.task.lease_token or "") for r in self.running.values() if not r.fenced
+            ]
+            if not leases:
+                continue
+            try:
+                result = await engine.store.heartbeat(
+                    leases, engine.clock.now(), self.options.lease_s
+                )
+            except Exception:
+                log.exception("heartbeat failed")
+                continue
+            for task_id in result.lost:
+                run = self.running.get(task_id)
+                if run is not None:  # fencing: stop working for a lease we no longer hold
+                    run.fenced = True
+                    run.ctx.cancelled.set()
+            for task_id in result.cancel_requested:
+                self.cancel_local(task_id)
