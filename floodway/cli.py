@@ -1,0 +1,158 @@
+"""The ``floodway`` command (Typer + Rich)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from floodway.app import Floodway
+from floodway.config import load_settings
+from floodway.core.errors import FloodwayError
+
+app = typer.Typer(
+    name="floodway",
+    help="A durable scheduler for calls to slow, rate-limited, billed AI providers.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+console = Console(stderr=True)
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file")]
+AppOpt = Annotated[str | None, typer.Option("--app", help="module:attribute of a Floodway")]
+DatabaseOpt = Annotated[str | None, typer.Option("--database", help="database URL")]
+RedisOpt = Annotated[str | None, typer.Option("--redis", help="redis URL for fleet limits")]
+ConcurrencyOpt = Annotated[int | None, typer.Option("--concurrency", min=1,
+                                                    help="tasks run at once")]
+
+
+def fail(message: str, code: int = 2) -> None:
+    console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def load_floodway(app_ref: str | None, config: Path | None, database: str | None,
+                  redis: str | None) -> Floodway:
+    """The Floodway of ``--app module:attr`` (with CLI overrides), or one from the config."""
+    if app_ref is None:
+        return Floodway(settings=load_settings(config, database=database, redis=redis))
+    module_name, _, attr = app_ref.partition(":")
+    if not attr:
+        fail(f"--app {app_ref!r}: use module:attribute, e.g. myapp.tasks:fw")
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        target: Any = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        fail(f"--app {app_ref!r}: cannot load it: {exc}")
+    if not isinstance(target, Floodway):
+        fail(f"--app {app_ref!r} is a {type(target).__name__}, not a floodway.Floodway")
+    if config is not None or database is not None or redis is not None:
+        base = load_settings(config) if config is not None else target.settings
+        updates = {k: v for k, v in {"database": database, "redis": redis}.items() if v}
+        target.settings = base.model_copy(update=updates)
+    return target
+
+
+def run(coro: Any) -> Any:
+    """Run a coroutine; floodway errors become one clear line, not a traceback."""
+    try:
+        return asyncio.run(coro)
+    except FloodwayError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+async def run_until_signalled(fw: Floodway, concurrency: int | None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    async with fw:
+        async with fw.worker(concurrency) as worker:
+            console.print(f"[green]worker[/] {worker.owner} on {fw.settings.database} "
+                          f"running {', '.join(fw.kinds.names()) or 'no kinds'}")
+            await stop.wait()
+            console.print("stopping: letting running tasks finish "
+                          f"(grace {fw.settings.worker.grace:g}s)")
+
+
+@app.command()
+def worker(config: ConfigOpt = None, app_ref: AppOpt = None, database: DatabaseOpt = None,
+           redis: RedisOpt = None, concurrency: ConcurrencyOpt = None) -> None:
+    """Run workers and maintenance (no HTTP). SIGTERM stops gracefully."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    fw = load_floodway(app_ref, config, database, redis)
+    run(run_until_signalled(fw, concurrency))
+
+
+@app.command()
+def migrate(config: ConfigOpt = None, database: DatabaseOpt = None) -> None:
+    """Create or upgrade the schema (also done at every start)."""
+    settings = load_settings(config, database=database)
+
+    async def go() -> None:
+        from floodway.store.factory import open_store
+
+        store = open_store(settings.database)
+        await store.open()
+        await store.close()
+
+    run(go())
+    console.print(f"[green]schema up to date[/] on {settings.database}")
+
+
+@app.command()
+def simulate(
+    port: Annotated[int, typer.Option(help="port to listen on")] = 9000,
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    latency_ms: Annotated[float, typer.Option("--latency-ms")] = 500.0,
+    max_concurrency: Annotated[int, typer.Option("--max-concurrency")] = 0,
+    rpm: Annotated[int, typer.Option("--rpm")] = 0,
+    tpm: Annotated[int, typer.Option("--tpm")] = 0,
+    error_rate: Annotated[float, typer.Option("--error-rate")] = 0.0,
+    rate_limit_rate: Annotated[float, typer.Option("--rate-limit-rate")] = 0.0,
+    refusal_rate: Annotated[float, typer.Option("--refusal-rate")] = 0.0,
+    malformed_rate: Annotated[float, typer.Option("--malformed-rate")] = 0.0,
+    async_jobs: Annotated[bool, typer.Option("--async", help="jobs: 202, then poll")] = False,
+    job_duration_ms: Annotated[float, typer.Option("--job-duration-ms")] = 3000.0,
+    webhook: Annotated[bool, typer.Option("--webhook", help="signed callbacks")] = False,
+    webhook_drop_rate: Annotated[float, typer.Option("--webhook-drop-rate")] = 0.0,
+    seed: Annotated[int | None, typer.Option("--seed")] = None,
+) -> None:
+    """Run a fake AI provider over HTTP (limits, faults, async jobs, a charge ledger)."""
+    from pydantic import ValidationError
+
+    from floodway.providers.sim import SimulatorConfig, run_simulator_blocking
+
+    try:
+        cfg = SimulatorConfig(
+            latency_ms=latency_ms, max_concurrency=max_concurrency, rpm=rpm, tpm=tpm,
+            error_rate=error_rate, rate_limit_rate=rate_limit_rate, refusal_rate=refusal_rate,
+            malformed_rate=malformed_rate, async_jobs=async_jobs,
+            job_duration_ms=job_duration_ms, webhook=webhook,
+            webhook_drop_rate=webhook_drop_rate, seed=seed,
+        )
+    except ValidationError as exc:
+        fail(f"simulator options: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")
+    console.print(f"[green]simulated provider[/] on http://{host}:{port} "
+                  "(GET /ledger, GET /stats)")
+    run_simulator_blocking(cfg, host, port)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
