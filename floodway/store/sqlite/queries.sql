@@ -84,7 +84,8 @@ SELECT seq, task_id, status, at, attempt, detail FROM task_events
 WHERE task_id = :task_id AND seq > :after_seq ORDER BY seq;
 
 -- name: ready
-SELECT id, kind, tenant, lane, cost_estimated, seq, created_at, deadline_at FROM tasks
+SELECT id, kind, tenant, lane, cost_estimated, seq, created_at, deadline_at
+FROM tasks INDEXED BY tasks_ready
 WHERE status IN ('queued', 'retrying') AND waits_for IS NULL AND next_attempt_at <= :now
   AND kind IN (SELECT value FROM json_each(:kinds))
 ORDER BY lane_rank, next_attempt_at, seq
@@ -95,7 +96,9 @@ UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = :own
     lease_token = :token, lease_expires_at = :expires_at,
     started_at = COALESCE(started_at, :now), updated_at = :now
 WHERE seq IN (
-    SELECT seq FROM tasks
+    -- INDEXED BY: walk the queue in dispatch order and stop at LIMIT; left to itself the
+    -- planner may pick the status index and sort every queued row (325 ms at 1M rows).
+    SELECT seq FROM tasks INDEXED BY tasks_ready
     WHERE status IN ('queued', 'retrying') AND waits_for IS NULL AND next_attempt_at <= :now
       AND kind IN (SELECT value FROM json_each(:kinds))
     ORDER BY lane_rank, next_attempt_at, seq
