@@ -1,5 +1,44 @@
 """Admission control: provider quotas and tenant limits, checked before a task is claimed."""
 
+from floodway.limits.admission import (
+    AdmissionTuning,
+    BucketSnapshot,
+    LimitsAdmission,
+    ResourceSnapshot,
+)
+from floodway.limits.backend import (
+    AcquireRequest,
+    AcquireResult,
+    Bucket,
+    Debit,
+    LimiterBackend,
+    LimiterUnavailable,
+    SlotClaim,
+)
 from floodway.limits.base import Admission, NoLimits, Permit, Settlement
+from floodway.limits.local import LocalLimiterBackend
+from floodway.limits.plan import CostTooLarge
+from floodway.limits.redis_backend import RedisLimiterBackend
+from floodway.limits.submit_rate import SubmitRateLimiter
 
-__all__ = ["Admission", "NoLimits", "Permit", "Settlement"]
+__all__ = [
+    "AcquireRequest",
+    "AcquireResult",
+    "Admission",
+    "AdmissionTuning",
+    "Bucket",
+    "BucketSnapshot",
+    "CostTooLarge",
+    "Debit",
+    "LimiterBackend",
+    "LimiterUnavailable",
+    "LimitsAdmission",
+    "LocalLimiterBackend",
+    "NoLimits",
+    "Permit",
+    "RedisLimiterBackend",
+    "ResourceSnapshot",
+    "Settlement",
+    "SlotClaim",
+    "SubmitRateLimiter",
+]

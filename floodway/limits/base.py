@@ -38,9 +38,24 @@ class Settlement:
 
 
 class Admission(Protocol):
-    async def admit(self, candidates: Sequence[Candidate], now: float) -> list[Permit]:
-        """Choose, in dispatch order, the candidates every limit admits now, and reserve their
-        quota atomically. Never exceeds a limit; may admit none."""
+    async def admit(
+        self, candidates: Sequence[Candidate], now: float, *, limit: int | None = None
+    ) -> list[Permit]:
+        """Choose, in dispatch order, at most ``limit`` candidates every limit admits now, and
+        reserve their quota atomically. Never exceeds a limit; may admit none."""
+        ...
+
+    async def renew(self, permits: Sequence[Permit], ttl_s: float | None = None) -> list[str]:
+        """Keep the concurrency slots of running tasks alive (with the lease heartbeat);
+        returns the task ids whose slot was already gone."""
+        ...
+
+    async def release_slots(self, permit: Permit) -> None:
+        """Free a permit's slots only (a dead worker's task, reconciled by the sweeper)."""
+        ...
+
+    def permit_for(self, task_id: str, kind: str, tenant: str, cost: float) -> Permit:
+        """The permit a task of ``kind`` holds, rebuilt from its row by another process."""
         ...
 
     async def settle(self, permit: Permit, settlement: Settlement, now: float) -> None:
@@ -66,8 +81,20 @@ class NoLimits:
 
     limited = False
 
-    async def admit(self, candidates: Sequence[Candidate], now: float) -> list[Permit]:
-        return [Permit(c.task_id, None, c.tenant, c.cost) for c in candidates]
+    async def admit(
+        self, candidates: Sequence[Candidate], now: float, *, limit: int | None = None
+    ) -> list[Permit]:
+        chosen = candidates if limit is None else candidates[:limit]
+        return [Permit(c.task_id, None, c.tenant, c.cost) for c in chosen]
+
+    async def renew(self, permits: Sequence[Permit], ttl_s: float | None = None) -> list[str]:
+        return []
+
+    async def release_slots(self, permit: Permit) -> None:
+        return None
+
+    def permit_for(self, task_id: str, kind: str, tenant: str, cost: float) -> Permit:
+        return Permit(task_id, None, tenant, cost)
 
     async def settle(self, permit: Permit, settlement: Settlement, now: float) -> None:
         return None

@@ -42,6 +42,11 @@ class Sweeper:
                 continue
             applied = await self.engine.store.complete([item], self.engine.clock.now())
             if applied[0].applied:
+                # The dead worker's provider slot is free now (its tokens stay spent).
+                admission = self.engine.admission
+                await admission.release_slots(
+                    admission.permit_for(task.id, task.kind, task.tenant, task.cost_estimated)
+                )
                 if item.to is Status.FAILED:
                     report.interrupted += 1
                 else:

@@ -30,6 +30,8 @@ class ClaimParams:
 
 @dataclass(frozen=True)
 class ReadyQuery:
+    """Up to ``limit`` ready tasks of each tenant that has some, in dispatch order."""
+
     kinds: tuple[str, ...]
     now: float
     limit: int
@@ -143,7 +145,8 @@ class Store(Protocol):
 
     # -- the worker's hot path ----------------------------------------------------------
     async def ready(self, query: ReadyQuery) -> list[Candidate]:
-        """Ready tasks in dispatch order (interactive first, then oldest), without claiming."""
+        """Ready tasks, up to ``query.limit`` per tenant, in dispatch order (interactive first,
+        then oldest), without claiming: admission control picks from these."""
         ...
 
     async def claim(self, params: ClaimParams) -> list[Task]:

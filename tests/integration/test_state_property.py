@@ -37,8 +37,12 @@ async def run_ops(ops: list[tuple[str, int, Status, bool]]) -> None:
         for name, n, to, flag in ops:
             target = ids[n % len(ids)] if ids else None
             if name == "submit":
-                new = NewTask(kind="k", input={"v": n % 3}, lane=Lane.INTERACTIVE if flag
-                              else Lane.BACKGROUND, fingerprint=f"fp{n % 3}" if flag else None)
+                new = NewTask(
+                    kind="k",
+                    input={"v": n % 3},
+                    lane=Lane.INTERACTIVE if flag else Lane.BACKGROUND,
+                    fingerprint=f"fp{n % 3}" if flag else None,
+                )
                 ids.extend(s.task.id for s in await store.submit([new], now))
             elif name == "claim":
                 token = f"tok{len(tokens)}"
@@ -46,11 +50,19 @@ async def run_ops(ops: list[tuple[str, int, Status, bool]]) -> None:
                     tokens[t.id] = token
             elif name == "complete" and target is not None:
                 before = await store.get(target)
-                assert before is not None
+                if before is None:  # purged by retention
+                    continue
                 token = tokens.get(target) if before.status is Status.RUNNING else None
-                item = Completion(target, to, before.status, token,
-                                  result={"r": 1} if to is Status.SUCCEEDED else None,
-                                  next_attempt_at=now)
+                if before.status is Status.RUNNING and token is None:
+                    continue
+                item = Completion(
+                    target,
+                    to,
+                    before.status,
+                    token,
+                    result={"r": 1} if to is Status.SUCCEEDED else None,
+                    next_attempt_at=now,
+                )
                 try:
                     await store.complete([item], now)
                 except IllegalTransition:

@@ -84,12 +84,25 @@ SELECT seq, task_id, status, at, attempt, detail FROM task_events
 WHERE task_id = :task_id AND seq > :after_seq ORDER BY seq;
 
 -- name: ready
-SELECT id, kind, tenant, lane, cost_estimated, seq, created_at, deadline_at
-FROM tasks INDEXED BY tasks_ready
-WHERE status IN ('queued', 'retrying') AND waits_for IS NULL AND next_attempt_at <= :now
-  AND kind IN (SELECT value FROM json_each(:kinds))
-ORDER BY lane_rank, next_attempt_at, seq
-LIMIT :limit;
+-- Up to :limit ready tasks of EACH tenant with work, so admission control can take turns.
+WITH RECURSIVE tenants(name) AS (
+    SELECT min(tenant) FROM tasks INDEXED BY tasks_ready_tenant
+    WHERE status IN ('queued', 'retrying') AND waits_for IS NULL
+    UNION ALL
+    SELECT (SELECT min(tenant) FROM tasks INDEXED BY tasks_ready_tenant
+            WHERE status IN ('queued', 'retrying') AND waits_for IS NULL
+              AND tenant > tenants.name)
+    FROM tenants WHERE tenants.name IS NOT NULL
+)
+SELECT t.id, t.kind, t.tenant, t.lane, t.cost_estimated, t.seq, t.created_at, t.deadline_at
+FROM tenants JOIN tasks t ON t.seq IN (
+    SELECT y.seq FROM tasks y INDEXED BY tasks_ready_tenant
+    WHERE y.tenant = tenants.name AND y.status IN ('queued', 'retrying')
+      AND y.waits_for IS NULL AND y.next_attempt_at <= :now
+      AND y.kind IN (SELECT value FROM json_each(:kinds))
+    ORDER BY y.lane_rank, y.next_attempt_at, y.seq
+    LIMIT :limit)
+ORDER BY t.lane_rank, t.next_attempt_at, t.seq;
 
 -- name: claim_next
 UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = :owner,

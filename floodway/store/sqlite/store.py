@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -85,7 +86,7 @@ class SqliteStore:
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             if not self._uri:
-                conn.execute("PRAGMA journal_mode = WAL")
+                _enable_wal(conn, self._busy_ms / 1000)
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA temp_store = MEMORY")
             conn.execute("PRAGMA cache_size = -32000")
@@ -387,6 +388,20 @@ class SqliteStore:
         params = {"name": name, "owner": owner, "now": now, "expires_at": now + ttl_s}
         row = await self._write(lambda c: c.execute(Q["try_lead"], params).fetchone())
         return row is not None
+
+
+def _enable_wal(conn: sqlite3.Connection, patience_s: float) -> None:
+    """Switching a new file to WAL answers "locked" at once (busy_timeout does not apply)
+    when another process is doing the same: retry for a while instead of failing start-up."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 # -- the ledger's rules, run inside the writer's transaction ---------------------------------

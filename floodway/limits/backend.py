@@ -1,0 +1,152 @@
+"""The limiter backend seam: a few atomic primitives the limit algorithms are built from.
+
+A backend knows nothing of tasks, tenants or providers. It keeps three kinds of state under
+string keys and changes each atomically:
+
+* **token buckets** (a level and the time it was measured; refilled lazily on every touch),
+* **concurrency slots** (a set of slot ids, each with an expiry, so a crashed process cannot
+  leak a slot: its entries simply expire),
+* **gates** (a pause until some instant, for Retry-After) and **rate factors** (the adaptive
+  multiplier on a resource's refill rates).
+
+:meth:`LimiterBackend.acquire` is the heart: one request spans several buckets, slots and gates
+and is all-or-nothing, so a task is admitted only when every dimension admits it, and a refused
+request changes nothing. Two implementations: :mod:`floodway.limits.local` (one process) and
+:mod:`floodway.limits.redis_backend` (Lua scripts on one Redis, shared by every process).
+
+Durations cross this seam, never instants: each backend measures time with its own clock (the
+injected :class:`~floodway.clock.Clock` locally, the Redis server's ``TIME`` in Lua), so host
+clocks need not agree. The one instant that leaves a backend, :attr:`AcquireResult.at`, is only
+ever handed back to the same backend (:meth:`LimiterBackend.decrease_rate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from floodway.core.errors import StoreError
+
+
+class LimiterUnavailable(StoreError):
+    """The shared limiter state cannot be reached (Redis down, timed out, failing over).
+
+    The dispatcher fails closed on it: it admits nothing until the backend answers again, so a
+    limit is never exceeded because its state was out of reach."""
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A token bucket: holds at most ``capacity``, refills at ``refill_per_s``; starts full."""
+
+    key: str
+    capacity: float
+    refill_per_s: float
+
+
+@dataclass(frozen=True)
+class Debit:
+    bucket: Bucket
+    cost: float
+
+
+@dataclass(frozen=True)
+class SlotClaim:
+    """Take one of ``limit`` slots under ``key`` for ``slot_id`` until ``ttl_s`` from now.
+
+    A slot id already holding a slot is refused (reported in :attr:`AcquireResult.held`): two
+    processes admitting the same task must not both believe they own its one slot."""
+
+    key: str
+    limit: int
+    slot_id: str
+    ttl_s: float
+
+
+@dataclass(frozen=True)
+class AcquireRequest:
+    """Everything one task needs, taken together or not at all."""
+
+    debits: tuple[Debit, ...] = ()
+    slots: tuple[SlotClaim, ...] = ()
+    gates: tuple[str, ...] = ()  # pause keys that must not be closed
+
+
+@dataclass(frozen=True)
+class AcquireResult:
+    granted: bool
+    #: the backend's time of the decision (seconds); only meaningful to the same backend
+    at: float
+    #: keys of every dimension that said no (gates, slots and buckets alike); empty if granted
+    refused: tuple[str, ...] = ()
+    #: slot keys that refused because this slot id already holds a slot there
+    held: tuple[str, ...] = ()
+    #: seconds until every refusing bucket and gate could admit this request; None when a slot
+    #: refused (only a release can help) or a bucket can never hold the cost
+    retry_in: float | None = None
+
+
+class LimiterBackend(Protocol):
+    async def now(self) -> float:
+        """The backend's own time, in seconds."""
+        ...
+
+    async def acquire(self, request: AcquireRequest) -> AcquireResult:
+        """Debit every bucket and take every slot, or change nothing and say what refused."""
+        ...
+
+    async def settle(self, bucket: Bucket, delta: float) -> float:
+        """Debit (``delta > 0``) or refund (``delta < 0``) a bucket; return the new level.
+
+        A refund never lifts the level above capacity; a debit may take it below zero (debt),
+        which later acquisitions must repay before they are admitted."""
+        ...
+
+    async def clamp(self, bucket: Bucket, ceiling: float) -> float:
+        """Lower the level to ``ceiling`` if it is above (never raises it); return the level."""
+        ...
+
+    async def level(self, bucket: Bucket) -> float:
+        """The level now, refill included (read only)."""
+        ...
+
+    async def release_slot(self, key: str, slot_id: str) -> bool:
+        """Give a slot back; False if it was not held (released already, or expired)."""
+        ...
+
+    async def renew_slot(self, key: str, slot_id: str, ttl_s: float) -> bool:
+        """Push a held slot's expiry to ``ttl_s`` from now; False if it is no longer held."""
+        ...
+
+    async def slots_in_use(self, key: str) -> int:
+        """Slots held and not expired."""
+        ...
+
+    async def rate_factor(self, key: str) -> float:
+        """The adaptive multiplier on a resource's rates, in ``(0, 1]``; 1.0 if never set."""
+        ...
+
+    async def decrease_rate(
+        self, key: str, *, multiplier: float, floor: float, granted_at: float
+    ) -> float:
+        """Multiply the factor by ``multiplier`` (not below ``floor``) unless it was already
+        decreased after ``granted_at`` (an :attr:`AcquireResult.at`): the throttled request
+        was sent at the old rate, so it says nothing about the new one. One decrease per
+        round trip, however many requests of that round were throttled. Returns the factor."""
+        ...
+
+    async def increase_rate(self, key: str, *, step: float, cap: float, interval_s: float) -> float:
+        """Add ``step`` to the factor (up to ``cap``) if it last changed at least
+        ``interval_s`` ago. Returns the factor."""
+        ...
+
+    async def pause(self, key: str, seconds: float) -> float:
+        """Close a gate for ``seconds`` from now, never shortening a longer pause; returns the
+        seconds this call added to the pause (0 when an existing pause already covered it)."""
+        ...
+
+    async def paused_for(self, key: str) -> float:
+        """Seconds until the gate opens (0 when open)."""
+        ...
+
+    async def aclose(self) -> None: ...

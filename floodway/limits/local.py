@@ -1,0 +1,205 @@
+"""The in-process limiter backend: plain dicts, for one process (the embedded mode).
+
+Every method is ``async`` to fit the seam but never awaits: under asyncio one coroutine runs at
+a time, so each method body is one atomic step, which is all the atomicity the seam asks for.
+Time comes from the injected clock, so tests drive refills and expiries with a fake clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from floodway.clock import Clock
+from floodway.limits.backend import AcquireRequest, AcquireResult, Bucket
+
+
+@dataclass
+class _Level:
+    level: float
+    at: float
+    capacity: float
+    refill_per_s: float
+
+    def full_at(self, now: float) -> bool:
+        return self.level + max(0.0, now - self.at) * self.refill_per_s >= self.capacity
+
+
+@dataclass
+class _Rate:
+    factor: float
+    changed_at: float
+
+
+#: sweep forgotten state every this many writes (the dicts would otherwise grow with every
+#: tenant ever seen, where Redis lets such keys expire)
+SWEEP_EVERY = 1024
+
+
+class LocalLimiterBackend:
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._writes = 0
+        self._buckets: dict[str, _Level] = {}
+        self._slots: dict[str, dict[str, float]] = {}  # key -> slot id -> expiry
+        self._rates: dict[str, _Rate] = {}
+        self._gates: dict[str, float] = {}  # key -> paused until
+
+    async def now(self) -> float:
+        return self._clock.now()
+
+    # -- acquire: check everything, then change everything --------------------------------
+    async def acquire(self, request: AcquireRequest) -> AcquireResult:
+        now = self._clock.now()
+        refused: list[str] = []
+        held: list[str] = []
+        wait: float | None = 0.0
+
+        for gate in request.gates:
+            left = self._gates.get(gate, 0.0) - now
+            if left > 0:
+                refused.append(gate)
+                wait = None if wait is None else max(wait, left)
+
+        for claim in request.slots:
+            slots = self._live_slots(claim.key, now)
+            if claim.slot_id in slots:
+                held.append(claim.key)
+            if claim.slot_id in slots or len(slots) >= claim.limit:
+                refused.append(claim.key)
+                wait = None
+
+        levels: list[float] = []
+        for debit in request.debits:
+            level = self._refilled(debit.bucket, now)
+            levels.append(level)
+            if level < debit.cost:
+                refused.append(debit.bucket.key)
+                wait = _combine(wait, _bucket_wait(debit.bucket, level, debit.cost))
+
+        if refused:
+            return AcquireResult(False, now, tuple(refused), tuple(held), wait)
+
+        for claim in request.slots:
+            self._slots.setdefault(claim.key, {})[claim.slot_id] = now + claim.ttl_s
+        for debit, level in zip(request.debits, levels, strict=True):
+            self._store(debit.bucket, level - debit.cost, now)
+        return AcquireResult(True, now)
+
+    # -- buckets ----------------------------------------------------------------------------
+    async def settle(self, bucket: Bucket, delta: float) -> float:
+        now = self._clock.now()
+        level = min(bucket.capacity, self._refilled(bucket, now) - delta)
+        self._store(bucket, level, now)
+        return level
+
+    async def clamp(self, bucket: Bucket, ceiling: float) -> float:
+        now = self._clock.now()
+        level = min(self._refilled(bucket, now), ceiling)
+        self._store(bucket, level, now)
+        return level
+
+    async def level(self, bucket: Bucket) -> float:
+        return self._refilled(bucket, self._clock.now())
+
+    # -- slots ------------------------------------------------------------------------------
+    async def release_slot(self, key: str, slot_id: str) -> bool:
+        slots = self._live_slots(key, self._clock.now())
+        return slots.pop(slot_id, None) is not None
+
+    async def renew_slot(self, key: str, slot_id: str, ttl_s: float) -> bool:
+        now = self._clock.now()
+        slots = self._live_slots(key, now)
+        if slot_id not in slots:
+            return False
+        slots[slot_id] = max(slots[slot_id], now + ttl_s)
+        return True
+
+    async def slots_in_use(self, key: str) -> int:
+        return len(self._live_slots(key, self._clock.now()))
+
+    # -- adaptive rate ----------------------------------------------------------------------
+    async def rate_factor(self, key: str) -> float:
+        rate = self._rates.get(key)
+        return 1.0 if rate is None else rate.factor
+
+    async def decrease_rate(
+        self, key: str, *, multiplier: float, floor: float, granted_at: float
+    ) -> float:
+        now = self._clock.now()
+        rate = self._rates.get(key)
+        if rate is not None and rate.changed_at > granted_at:
+            return rate.factor
+        factor = max(floor, (1.0 if rate is None else rate.factor) * multiplier)
+        self._rates[key] = _Rate(factor, now)
+        return factor
+
+    async def increase_rate(self, key: str, *, step: float, cap: float, interval_s: float) -> float:
+        now = self._clock.now()
+        rate = self._rates.get(key)
+        if rate is None or rate.factor >= cap or now - rate.changed_at < interval_s:
+            return 1.0 if rate is None else rate.factor
+        rate.factor = min(cap, rate.factor + step)
+        rate.changed_at = now
+        return rate.factor
+
+    # -- gates ------------------------------------------------------------------------------
+    async def pause(self, key: str, seconds: float) -> float:
+        now = self._clock.now()
+        until = self._gates.get(key, now)
+        added = now + seconds - max(until, now)
+        if added <= 0:
+            return 0.0
+        self._gates[key] = now + seconds
+        return added
+
+    async def paused_for(self, key: str) -> float:
+        return max(0.0, self._gates.get(key, 0.0) - self._clock.now())
+
+    async def aclose(self) -> None:
+        return None
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _store(self, bucket: Bucket, level: float, now: float) -> None:
+        self._buckets[bucket.key] = _Level(level, now, bucket.capacity, bucket.refill_per_s)
+        self._writes += 1
+        if self._writes % SWEEP_EVERY == 0:
+            self._sweep(now)
+
+    def _sweep(self, now: float) -> None:
+        """Drop what reads the same as absent: full buckets, empty slot sets, open gates."""
+        for key in [k for k, b in self._buckets.items() if b.full_at(now)]:
+            del self._buckets[key]
+        for key in [k for k in self._slots if not self._live_slots(k, now)]:
+            del self._slots[key]
+        for key in [k for k, until in self._gates.items() if until <= now]:
+            del self._gates[key]
+
+    def _refilled(self, bucket: Bucket, now: float) -> float:
+        state = self._buckets.get(bucket.key)
+        if state is None:
+            return bucket.capacity  # a bucket nobody touched yet is full
+        elapsed = max(0.0, now - state.at)
+        return min(bucket.capacity, state.level + elapsed * bucket.refill_per_s)
+
+    def _live_slots(self, key: str, now: float) -> dict[str, float]:
+        slots = self._slots.get(key)
+        if slots is None:
+            return {}
+        # Purge on touch, like the Redis script: an expired slot belongs to a dead holder.
+        for slot_id in [s for s, expiry in slots.items() if expiry <= now]:
+            del slots[slot_id]
+        return slots
+
+
+def _bucket_wait(bucket: Bucket, level: float, cost: float) -> float | None:
+    """Seconds until ``level`` refills to ``cost``; None if it never will."""
+    if cost > bucket.capacity or bucket.refill_per_s <= 0:
+        return None
+    return (cost - level) / bucket.refill_per_s
+
+
+def _combine(wait: float | None, other: float | None) -> float | None:
+    """The request waits for its slowest refusal; a None (never, or a release) wins."""
+    if wait is None or other is None:
+        return None
+    return max(wait, other)

@@ -1,0 +1,175 @@
+"""The Redis limiter backend: the primitives of :mod:`floodway.limits.backend` as Lua scripts, so
+every worker and API process on every host shares one set of limits (the fleet mode).
+
+Keys are ``floodway:{<prefix>}:<key>``. The braces are a Redis Cluster hash tag: all of one
+deployment's keys land in one slot, so a multi-key script (one acquire spans a resource's
+buckets, its slots and a tenant's slots) stays legal on a cluster.
+
+Any Redis failure (refused connection, timeout, a replica in failover) surfaces as
+:class:`~floodway.limits.backend.LimiterUnavailable`, never as a redis-py exception: the
+dispatcher fails closed on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
+
+from floodway.limits import redis_scripts as lua
+from floodway.limits.backend import AcquireRequest, AcquireResult, Bucket, LimiterUnavailable
+
+T = TypeVar("T")
+
+#: Fail fast: a limiter that hangs stalls every dispatch; one that errors lets the worker back
+#: off and fail closed. Used by :meth:`RedisLimiterBackend.from_url`.
+DEFAULT_TIMEOUT_S = 2.0
+
+
+class RedisLimiterBackend:
+    def __init__(
+        self, client: aioredis.Redis, prefix: str = "default", *, owns_client: bool = False
+    ) -> None:
+        self._redis = client
+        self._ns = f"floodway:{{{prefix}}}:"
+        self._owns_client = owns_client
+        self._acquire = client.register_script(lua.ACQUIRE)
+        self._settle = client.register_script(lua.SETTLE)
+        self._clamp = client.register_script(lua.CLAMP)
+        self._level = client.register_script(lua.LEVEL)
+        self._renew = client.register_script(lua.RENEW_SLOT)
+        self._in_use = client.register_script(lua.SLOTS_IN_USE)
+        self._decrease = client.register_script(lua.DECREASE_RATE)
+        self._increase = client.register_script(lua.INCREASE_RATE)
+        self._pause = client.register_script(lua.PAUSE)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        prefix: str = "default",
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_connections: int = 64,
+    ) -> RedisLimiterBackend:
+        # A blocking pool: a burst of concurrent calls waits (up to timeout_s) for a connection
+        # instead of failing with "Too many connections".
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=timeout_s,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+        )
+        return cls(aioredis.Redis.from_pool(pool), prefix, owns_client=True)
+
+    @property
+    def client(self) -> aioredis.Redis:
+        return self._redis
+
+    def key(self, name: str) -> str:
+        """The Redis key behind a backend key (for tests and operators)."""
+        return self._ns + name
+
+    async def now(self) -> float:
+        seconds, micros = await self._call(self._redis.time())
+        return float(seconds) + float(micros) / 1e6
+
+    async def acquire(self, request: AcquireRequest) -> AcquireResult:
+        names = [*request.gates, *(s.key for s in request.slots)]
+        names += [d.bucket.key for d in request.debits]
+        args: list[str | float | int] = [
+            len(request.gates),
+            len(request.slots),
+            len(request.debits),
+        ]
+        for s in request.slots:
+            args += [s.limit, s.slot_id, s.ttl_s * 1000]
+        for d in request.debits:
+            args += [d.bucket.capacity, d.bucket.refill_per_s, d.cost]
+        reply = await self._script(self._acquire, [self._ns + n for n in names], args)
+        at = float(reply[1]) / 1000
+        if int(reply[0]) == 1:
+            return AcquireResult(True, at)
+        wait_ms = float(reply[2])
+        n_refused = int(reply[3])
+        indexes = [int(i) - 1 for i in reply[4:]]
+        return AcquireResult(
+            granted=False,
+            at=at,
+            refused=tuple(names[i] for i in indexes[:n_refused]),
+            held=tuple(names[i] for i in indexes[n_refused:]),
+            retry_in=None if wait_ms < 0 else wait_ms / 1000,
+        )
+
+    async def settle(self, bucket: Bucket, delta: float) -> float:
+        reply = await self._script(self._settle, [self.key(bucket.key)], [*_spec(bucket), delta])
+        return float(reply)
+
+    async def clamp(self, bucket: Bucket, ceiling: float) -> float:
+        reply = await self._script(self._clamp, [self.key(bucket.key)], [*_spec(bucket), ceiling])
+        return float(reply)
+
+    async def level(self, bucket: Bucket) -> float:
+        return float(await self._script(self._level, [self.key(bucket.key)], _spec(bucket)))
+
+    async def release_slot(self, key: str, slot_id: str) -> bool:
+        removed: int = await self._call(self._redis.zrem(self.key(key), slot_id))
+        return removed > 0
+
+    async def renew_slot(self, key: str, slot_id: str, ttl_s: float) -> bool:
+        reply = await self._script(self._renew, [self.key(key)], [slot_id, ttl_s * 1000])
+        return int(reply) == 1
+
+    async def slots_in_use(self, key: str) -> int:
+        return int(await self._script(self._in_use, [self.key(key)], []))
+
+    async def rate_factor(self, key: str) -> float:
+        value = await self._call(self._redis.hget(self.key(key), "f"))
+        return 1.0 if value is None else float(value)
+
+    async def decrease_rate(
+        self, key: str, *, multiplier: float, floor: float, granted_at: float
+    ) -> float:
+        args = [multiplier, floor, granted_at * 1000]
+        return float(await self._script(self._decrease, [self.key(key)], args))
+
+    async def increase_rate(self, key: str, *, step: float, cap: float, interval_s: float) -> float:
+        args = [step, cap, interval_s * 1000]
+        return float(await self._script(self._increase, [self.key(key)], args))
+
+    async def pause(self, key: str, seconds: float) -> float:
+        added = await self._script(self._pause, [self.key(key)], [seconds * 1000])
+        return float(added) / 1000
+
+    async def paused_for(self, key: str) -> float:
+        left: int = await self._call(self._redis.pttl(self.key(key)))
+        return max(0, left) / 1000
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._redis.aclose()
+
+    # -- plumbing ---------------------------------------------------------------------------
+    async def _script(
+        self, script: AsyncScript, keys: Sequence[str], args: Sequence[str | float | int]
+    ) -> Any:
+        return await self._call(script(keys=keys, args=[_arg(a) for a in args]))
+
+    async def _call(self, pending: Awaitable[T]) -> T:
+        try:
+            return await pending
+        except (RedisError, OSError) as exc:
+            raise LimiterUnavailable(f"the limiter's Redis is unavailable: {exc}") from exc
+
+
+def _spec(bucket: Bucket) -> list[str | float | int]:
+    return [bucket.capacity, bucket.refill_per_s]
+
+
+def _arg(value: str | float | int) -> str:
+    # repr() of a float round-trips exactly; Lua's tonumber reads it back.
+    return value if isinstance(value, str) else repr(float(value))

@@ -1,0 +1,224 @@
+"""The Redis backend's primitives as Lua, one script per primitive.
+
+Conventions shared by every script:
+
+* time is the Redis server's ``TIME`` in milliseconds, so the hosts' clocks never matter
+  (Redis >= 5 replicates scripts by effect, so reading ``TIME`` before a write is allowed);
+* numbers go out as strings formatted ``%.17g``: Redis would truncate a Lua number reply to an
+  integer, and ``tostring`` keeps only 14 digits, too few for a millisecond timestamp;
+* a bucket is a HASH ``{l: level, t: ms}`` that expires once it would be full again (a missing
+  bucket reads as full, so expiry loses nothing); slots are a ZSET ``slot id -> expiry ms``
+  purged on touch; a gate is a plain key whose PTTL is the pause; a rate factor is a HASH
+  ``{f: factor, t: ms of the last change}``.
+"""
+
+from __future__ import annotations
+
+_PRELUDE = """
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
+
+local function fmt(x)
+  return string.format('%.17g', x)
+end
+
+local function refilled(key, cap, rate, now)
+  local v = redis.call('HMGET', key, 'l', 't')
+  local level, ts = tonumber(v[1]), tonumber(v[2])
+  if level == nil or ts == nil then
+    return cap
+  end
+  if now > ts then
+    level = level + (now - ts) / 1000 * rate
+  end
+  if level > cap then
+    level = cap
+  end
+  return level
+end
+
+local function store(key, level, cap, rate, now)
+  redis.call('HSET', key, 'l', fmt(level), 't', fmt(now))
+  local ttl = 86400000
+  if rate > 0 then
+    ttl = math.ceil((cap - level) / rate * 1000) + 1000
+  end
+  redis.call('PEXPIRE', key, ttl)
+end
+"""
+
+# KEYS: gates.., slot sets.., buckets..
+# ARGV: n_gates, n_slots, n_buckets, then (limit, slot_id, ttl_ms) per slot, then
+#       (capacity, refill_per_s, cost) per bucket.
+# Returns {granted, now_ms, wait_ms ('-1' = only a release helps / never), n_refused,
+#          refused key indexes (1-based).., held key indexes..}
+ACQUIRE = (
+    _PRELUDE
+    + """
+local ng, ns, nb = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+local refused, held = {}, {}
+local wait = 0
+local a = 4
+
+for i = 1, ng do
+  local left = redis.call('PTTL', KEYS[i])
+  if left > 0 then
+    refused[#refused + 1] = i
+    if wait >= 0 and left > wait then wait = left end
+  end
+end
+
+local claims = {}
+for j = 1, ns do
+  local i = ng + j
+  local limit, id, ttl = tonumber(ARGV[a]), ARGV[a + 1], tonumber(ARGV[a + 2])
+  a = a + 3
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+  local mine = redis.call('ZSCORE', KEYS[i], id)
+  if mine then held[#held + 1] = i end
+  if mine or redis.call('ZCARD', KEYS[i]) >= limit then
+    refused[#refused + 1] = i
+    wait = -1
+  end
+  claims[j] = {KEYS[i], id, ttl}
+end
+
+local debits = {}
+for j = 1, nb do
+  local i = ng + ns + j
+  local cap, rate, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  a = a + 3
+  local level = refilled(KEYS[i], cap, rate, now)
+  if level < cost then
+    refused[#refused + 1] = i
+    if cost > cap or rate <= 0 then
+      wait = -1
+    elseif wait >= 0 then
+      local w = (cost - level) / rate * 1000
+      if w > wait then wait = w end
+    end
+  end
+  debits[j] = {KEYS[i], level - cost, cap, rate}
+end
+
+if #refused > 0 then
+  local out = {0, fmt(now), fmt(wait), #refused}
+  for _, i in ipairs(refused) do out[#out + 1] = i end
+  for _, i in ipairs(held) do out[#out + 1] = i end
+  return out
+end
+
+for _, c in ipairs(claims) do
+  redis.call('ZADD', c[1], fmt(now + c[3]), c[2])
+  if redis.call('PTTL', c[1]) < c[3] then redis.call('PEXPIRE', c[1], math.ceil(c[3])) end
+end
+for _, d in ipairs(debits) do
+  store(d[1], d[2], d[3], d[4], now)
+end
+return {1, fmt(now), '0', 0}
+"""
+)
+
+# KEYS: bucket. ARGV: capacity, refill_per_s, delta. Returns the new level.
+SETTLE = (
+    _PRELUDE
+    + """
+local cap, rate, delta = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+local level = refilled(KEYS[1], cap, rate, now) - delta
+if level > cap then level = cap end
+store(KEYS[1], level, cap, rate, now)
+return fmt(level)
+"""
+)
+
+# KEYS: bucket. ARGV: capacity, refill_per_s, ceiling. Returns the new level.
+CLAMP = (
+    _PRELUDE
+    + """
+local cap, rate, ceiling = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+local level = refilled(KEYS[1], cap, rate, now)
+if level > ceiling then level = ceiling end
+store(KEYS[1], level, cap, rate, now)
+return fmt(level)
+"""
+)
+
+# KEYS: bucket. ARGV: capacity, refill_per_s. Read only.
+LEVEL = (
+    _PRELUDE
+    + """
+return fmt(refilled(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), now_ms()))
+"""
+)
+
+# KEYS: slot set. ARGV: slot_id, ttl_ms. Returns 1 if renewed, 0 if no longer held.
+RENEW_SLOT = (
+    _PRELUDE
+    + """
+local now = now_ms()
+local ttl = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local expiry = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
+if not expiry then return 0 end
+if now + ttl > expiry then redis.call('ZADD', KEYS[1], 'XX', fmt(now + ttl), ARGV[1]) end
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], math.ceil(ttl)) end
+return 1
+"""
+)
+
+# KEYS: slot set. Returns the slots whose expiry is still ahead.
+SLOTS_IN_USE = (
+    _PRELUDE
+    + """
+return redis.call('ZCOUNT', KEYS[1], '(' .. fmt(now_ms()), '+inf')
+"""
+)
+
+# KEYS: rate. ARGV: multiplier, floor, granted_at_ms. Returns the factor.
+DECREASE_RATE = (
+    _PRELUDE
+    + """
+local now = now_ms()
+local v = redis.call('HMGET', KEYS[1], 'f', 't')
+local f, t = tonumber(v[1]) or 1, tonumber(v[2])
+if t and t > tonumber(ARGV[3]) then return fmt(f) end
+f = f * tonumber(ARGV[1])
+if f < tonumber(ARGV[2]) then f = tonumber(ARGV[2]) end
+redis.call('HSET', KEYS[1], 'f', fmt(f), 't', fmt(now))
+redis.call('PEXPIRE', KEYS[1], 86400000)
+return fmt(f)
+"""
+)
+
+# KEYS: rate. ARGV: step, cap, interval_ms. Returns the factor.
+INCREASE_RATE = (
+    _PRELUDE
+    + """
+local now = now_ms()
+local v = redis.call('HMGET', KEYS[1], 'f', 't')
+local f, t = tonumber(v[1]), tonumber(v[2]) or 0
+if not f then return '1' end
+local cap = tonumber(ARGV[2])
+if f >= cap or now - t < tonumber(ARGV[3]) then return fmt(f) end
+f = f + tonumber(ARGV[1])
+if f > cap then f = cap end
+redis.call('HSET', KEYS[1], 'f', fmt(f), 't', fmt(now))
+redis.call('PEXPIRE', KEYS[1], 86400000)
+return fmt(f)
+"""
+)
+
+# KEYS: gate. ARGV: pause_ms. Returns the ms this call added.
+PAUSE = """
+local ms = math.ceil(tonumber(ARGV[1]))
+local left = redis.call('PTTL', KEYS[1])
+if left < 0 then left = 0 end
+if ms <= left then return '0' end
+redis.call('SET', KEYS[1], '1', 'PX', ms)
+return tostring(ms - left)
+"""

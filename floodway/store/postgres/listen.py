@@ -1,0 +1,97 @@
+"""Hear other processes' writes: LISTEN on one dedicated connection, no polling.
+
+Every write transaction that changes a task runs ``pg_notify('floodway_changes', schema)``;
+PostgreSQL delivers it at commit to every listening connection. The feed counts the notices
+for its own schema, and :meth:`ChangeFeed.wait` returns as soon as the count moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import psycopg
+
+from floodway.store.postgres.sql import Conn, Q
+
+log = logging.getLogger(__name__)
+
+_BACKOFF_FIRST_S = 0.1
+_BACKOFF_MAX_S = 5.0
+
+
+class ChangeFeed:
+    """Counts notices on ``floodway_changes`` whose payload is ``schema``."""
+
+    def __init__(self, conn: Conn, connect: Callable[[], Awaitable[Conn]], schema: str) -> None:
+        self._conn: Conn | None = conn  # already LISTENing
+        self._connect = connect
+        self._schema = schema
+        self._generation = 0  # notices heard so far
+        self._seen = 0  # generation the last wait() reported
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="floodway-pg-listen")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self._drop()
+
+    async def wait(self, timeout: float) -> bool:
+        """True once a notice arrived since the last call returned (at once if one did)."""
+        if self._generation == self._seen:
+            changed = self._changed
+            try:
+                await asyncio.wait_for(changed.wait(), max(0.0, timeout))
+            except TimeoutError:
+                return False
+        self._seen = self._generation
+        return True
+
+    def _heard(self) -> None:
+        self._generation += 1
+        # Wake everyone waiting on the current event; later waiters get a fresh one.
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _run(self) -> None:
+        backoff = _BACKOFF_FIRST_S
+        while True:
+            try:
+                if self._conn is None:
+                    self._conn = await self._listen()
+                    backoff = _BACKOFF_FIRST_S
+                    # Notices sent while we were deaf are lost: report a change, so waiters
+                    # look at the ledger again rather than sleep through work.
+                    self._heard()
+                async for note in self._conn.notifies():
+                    if note.payload == self._schema:
+                        self._heard()
+            except psycopg.Error as exc:
+                log.warning("floodway change feed lost its connection (%s); reconnecting", exc)
+                await self._drop()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+
+    async def _listen(self) -> Conn:
+        conn = await self._connect()
+        try:
+            await conn.execute(Q["listen_changes"])
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                await conn.close()

@@ -1,0 +1,451 @@
+"""The fleet ledger: PostgreSQL behind a connection pool, with the SQLite store's semantics.
+
+Connections: one pool (autocommit; each write opens one explicit transaction) plus one
+dedicated connection that LISTENs for other processes' writes (:mod:`.listen`).
+
+Surviving a server restart: the pool checks a connection before lending it
+(``check_connection``: one empty query), so connections broken by a restart are replaced
+instead of failing the next call; a call made while the server is down waits up to
+``timeout_s`` for a connection, then raises :class:`StoreError`. The listening connection
+reconnects by itself with backoff and reports a change when it is back.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from floodway.core.errors import IllegalTransition, StoreError
+from floodway.core.outcome import Applied, Completion
+from floodway.core.states import CLAIMABLE, Status, check_transition
+from floodway.core.task import Lane, NewTask, Submitted, Task
+from floodway.store.base import (
+    Candidate,
+    ChangeListener,
+    ClaimParams,
+    HeartbeatResult,
+    Purged,
+    ReadyQuery,
+    Retention,
+    StoreStats,
+    TaskChange,
+    TaskEvent,
+    TaskQuery,
+)
+from floodway.store.postgres import ledger
+from floodway.store.postgres.listen import ChangeFeed
+from floodway.store.postgres.sql import Conn, Q, many, one, run
+from floodway.store.rows import task_from_row
+
+T = TypeVar("T")
+Pool = AsyncConnectionPool[Conn]
+ReadOp = Callable[[Conn], Awaitable[T]]
+WriteOp = Callable[[Conn, list[TaskChange]], Awaitable[T]]
+
+log = logging.getLogger(__name__)
+
+for _state in CLAIMABLE:  # the claim queries move these to running: keep them in the table
+    check_transition(_state, Status.RUNNING)
+
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+#: Failures that only mean "another writer got there first": the transaction is re-run.
+_RETRYABLE = (pgerrors.DeadlockDetected, pgerrors.SerializationFailure)
+_WRITE_TRIES = 3
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for error messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return re.sub(r"password\s*=\s*\S+", "password=***", url)
+    host = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+class PostgresStore:
+    """``PostgresStore("postgresql://user@host/db")``; ``schema=`` keeps the tables in their
+    own schema (created on open), e.g. one per test or per deployment sharing a database."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        min_size: int = 2,
+        max_size: int = 10,
+        timeout_s: float = 10.0,
+    ) -> None:
+        if schema is not None and not _SCHEMA_NAME.match(schema):
+            raise StoreError(f"bad schema name {schema!r}: use letters, digits and _")
+        self.url = url
+        self.schema = schema
+        self._safe_url = redact(url)
+        self._min_size, self._max_size, self._timeout_s = min_size, max_size, timeout_s
+        self._kwargs = self._connect_kwargs(url, schema)
+        self._listeners: list[ChangeListener] = []
+        self._pool: Pool | None = None
+        self._feed: ChangeFeed | None = None
+
+    def _connect_kwargs(self, url: str, schema: str | None) -> dict[str, Any]:
+        try:
+            options = conninfo_to_dict(url).get("options")
+        except psycopg.Error as exc:
+            raise StoreError(f"bad PostgreSQL URL {self._safe_url}: {exc}") from exc
+        kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
+        if schema is not None:  # keep the URL's own options (statement_timeout, ...)
+            kwargs["options"] = f"{options or ''} -c search_path={schema}".strip()
+        return kwargs
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def _connect(self) -> Conn:
+        return await psycopg.AsyncConnection.connect(
+            self.url, connect_timeout=max(1, round(self._timeout_s)), **self._kwargs
+        )
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        # A direct first connection gives a clear error at once (the pool would retry
+        # quietly until its timeout); it migrates, then stays on as the LISTENer.
+        try:
+            first = await self._connect()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to {self._safe_url}: {exc}") from exc
+        try:
+            await ledger.migrate(first, self.schema)
+            row = await one(first, "current_schema")
+            await first.execute(Q["listen_changes"])
+            pool = await self._open_pool()
+        except (psycopg.Error, StoreError) as exc:
+            await first.close()
+            if isinstance(exc, StoreError):
+                raise
+            raise StoreError(f"cannot migrate {self._safe_url}: {exc}") from exc
+        self._feed = ChangeFeed(first, self._connect, str(row["name"] if row else ""))
+        self._feed.start()
+        self._pool = pool
+
+    async def _open_pool(self) -> Pool:
+        pool: Pool = AsyncConnectionPool(
+            self.url,
+            connection_class=psycopg.AsyncConnection[DictRow],
+            kwargs=self._kwargs,
+            min_size=self._min_size,
+            max_size=self._max_size,
+            timeout=self._timeout_s,
+            check=AsyncConnectionPool.check_connection,
+            reconnect_failed=self._reconnect_failed,
+            name="floodway",
+            open=False,
+        )
+        try:
+            await pool.open(wait=True, timeout=self._timeout_s)
+        except psycopg.Error as exc:
+            await pool.close()
+            raise StoreError(f"cannot connect to {self._safe_url}: {exc}") from exc
+        return pool
+
+    def _reconnect_failed(self, pool: Pool) -> None:
+        # The pool gave up refilling one slot; it grows again on demand once the server is
+        # back, so this is worth a log line, not a crash.
+        log.warning("cannot reconnect to %s for a while; will retry on demand", self._safe_url)
+
+    async def close(self) -> None:
+        feed, self._feed = self._feed, None
+        pool, self._pool = self._pool, None
+        if feed is not None:
+            await feed.stop()
+        if pool is not None:
+            await pool.close()
+
+    def add_listener(self, listener: ChangeListener) -> None:
+        self._listeners.append(listener)
+
+    def _notify(self, changes: Sequence[TaskChange]) -> None:
+        if changes:
+            for listener in self._listeners:
+                listener(changes)
+
+    def _require_pool(self) -> Pool:
+        if self._pool is None:
+            raise StoreError("store is not open")
+        return self._pool
+
+    async def _read(self, op: ReadOp[T]) -> T:
+        pool = self._require_pool()
+        try:
+            async with pool.connection() as conn:
+                return await op(conn)
+        except psycopg.Error as exc:
+            raise StoreError(f"{self._safe_url}: {exc}") from exc
+
+    async def _write(self, op: WriteOp[T], *, wake: bool = False) -> T:
+        """Run ``op`` in one transaction; NOTIFY other processes if it changed a task (or
+        ``wake``); then tell this process's listeners. A deadlock is retried."""
+        pool = self._require_pool()
+        for attempt in range(1, _WRITE_TRIES + 1):
+            changes: list[TaskChange] = []
+            try:
+                async with pool.connection() as conn, conn.transaction():
+                    value = await op(conn, changes)
+                    if changes or wake:
+                        await conn.execute(Q["notify_changes"])
+            except _RETRYABLE as exc:
+                if attempt == _WRITE_TRIES:
+                    raise StoreError(f"{self._safe_url}: {exc}") from exc
+                continue
+            except psycopg.Error as exc:
+                raise StoreError(f"{self._safe_url}: {exc}") from exc
+            self._notify(changes)
+            return value
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def wait_for_change(self, timeout: float) -> bool:
+        if self._feed is None:
+            raise StoreError("store is not open")
+        return await self._feed.wait(timeout)
+
+    # -- submit and read -----------------------------------------------------------------
+    async def submit(self, new: Sequence[NewTask], now: float) -> list[Submitted]:
+        async def op(conn: Conn, changes: list[TaskChange]) -> list[Submitted]:
+            results = [await ledger.submit_one(conn, n, now) for n in new]
+            changes.extend(
+                TaskChange(s.task.id, s.task.status, s.task.tenant) for s in results if not s.reused
+            )
+            return results
+
+        return await self._write(op)
+
+    async def get(self, task_id: str, tenant: str | None = None) -> Task | None:
+        row = await self._read(lambda c: one(c, "get_task", {"id": task_id}))
+        if row is None or (tenant is not None and row["tenant"] != tenant):
+            return None
+        return task_from_row(row)
+
+    async def list_tasks(self, query: TaskQuery) -> list[Task]:
+        params = {
+            "tenant": query.tenant,
+            "status": query.status.value if query.status else None,
+            "kind": query.kind,
+            "lane": query.lane.value if query.lane else None,
+            "batch_id": query.batch_id,
+            "after_seq": query.after_seq or 0,
+            "limit": query.limit,
+        }
+        rows = await self._read(lambda c: many(c, "list_tasks", params))
+        return [task_from_row(r) for r in rows]
+
+    async def events(self, task_id: str, after_seq: int = 0) -> list[TaskEvent]:
+        params = {"task_id": task_id, "after_seq": after_seq}
+        rows = await self._read(lambda c: many(c, "list_events", params))
+        return [
+            TaskEvent(
+                r["seq"], r["task_id"], Status(r["status"]), r["at"], r["attempt"], r["detail"]
+            )
+            for r in rows
+        ]
+
+    async def stats(self) -> StoreStats:
+        rows = await self._read(lambda c: many(c, "stats"))
+        by_status: dict[str, int] = {s.value: 0 for s in Status}
+        by_kind: dict[str, dict[str, int]] = {}
+        for r in rows:
+            by_status[r["status"]] += r["count"]
+            by_kind.setdefault(r["kind"], {})[r["status"]] = r["count"]
+        return StoreStats(by_status, by_kind)
+
+    # -- the worker's hot path -------------------------------------------------------------
+    async def ready(self, query: ReadyQuery) -> list[Candidate]:
+        params = {"kinds": list(query.kinds), "now": query.now, "limit": query.limit}
+        rows = await self._read(lambda c: many(c, "ready", params))
+        return [
+            Candidate(
+                r["id"],
+                r["kind"],
+                r["tenant"],
+                Lane(r["lane"]),
+                r["cost_estimated"],
+                r["seq"],
+                r["created_at"],
+                r["deadline_at"],
+            )
+            for r in rows
+        ]
+
+    async def claim(self, params: ClaimParams) -> list[Task]:
+        args: dict[str, Any] = {
+            "owner": params.owner,
+            "token": params.token,
+            "expires_at": params.now + params.lease_s,
+            "now": params.now,
+        }
+        if params.ids is None:
+            name = "claim_next"
+            args.update(kinds=list(params.kinds), limit=params.limit)
+        else:
+            name = "claim_ids"
+            args.update(ids=list(params.ids))
+
+        async def op(conn: Conn, changes: list[TaskChange]) -> list[Task]:
+            tasks = [task_from_row(r) for r in await many(conn, name, args)]
+            await ledger.claim_events(conn, tasks, params.now, params.owner)
+            changes.extend(TaskChange(t.id, t.status, t.tenant) for t in tasks)
+            return tasks
+
+        tasks = await self._write(op)
+        tasks.sort(key=lambda t: (t.lane.rank, t.seq))
+        return tasks
+
+    async def complete(self, items: Sequence[Completion], now: float) -> list[Applied]:
+        for item in items:
+            check_transition(item.expected, item.to)
+            if item.expected is Status.RUNNING and item.lease_token is None and not item.parked:
+                raise IllegalTransition(item.expected, item.to, "a running task needs its lease")
+
+        async def op(conn: Conn, changes: list[TaskChange]) -> list[Applied]:
+            return [await ledger.complete_one(conn, i, now, changes) for i in items]
+
+        return await self._write(op)
+
+    async def heartbeat(
+        self, leases: Sequence[tuple[str, str]], now: float, lease_s: float
+    ) -> HeartbeatResult:
+        if not leases:
+            return HeartbeatResult()
+        params = {
+            "ids": [task_id for task_id, _ in leases],
+            "tokens": [token for _, token in leases],
+            "now": now,
+            "expires_at": now + lease_s,
+        }
+
+        async def op(conn: Conn, changes: list[TaskChange]) -> list[DictRow]:
+            return await many(conn, "heartbeat", params)
+
+        held = {r["id"]: bool(r["cancel_requested"]) for r in await self._write(op)}
+        lost = tuple(task_id for task_id, _ in leases if task_id not in held)
+        cancel = tuple(task_id for task_id, _ in leases if held.get(task_id))
+        return HeartbeatResult(lost, cancel)
+
+    async def set_upstream_ref(self, task_id: str, lease_token: str, ref: str, now: float) -> bool:
+        params = {"id": task_id, "token": lease_token, "ref": ref, "now": now}
+
+        async def op(conn: Conn, changes: list[TaskChange]) -> int:
+            return await run(conn, "set_upstream_ref", params)
+
+        return await self._write(op) == 1
+
+    async def park(
+        self,
+        task_id: str,
+        lease_token: str,
+        ref: str,
+        poll_at: float,
+        now: float,
+        *,
+        polled: bool = False,
+    ) -> bool:
+        params = {
+            "id": task_id,
+            "token": lease_token,
+            "ref": ref,
+            "poll_at": poll_at,
+            "now": now,
+            "polled": 1 if polled else 0,
+        }
+
+        async def op(conn: Conn, changes: list[TaskChange]) -> int:
+            return await run(conn, "park", params)
+
+        # Woken: a process that sleeps until the next parked poll may need to come earlier.
+        return await self._write(op, wake=True) == 1
+
+    async def claim_parked(self, params: ClaimParams) -> list[Task]:
+        args = {
+            "owner": params.owner,
+            "token": params.token,
+            "now": params.now,
+            "expires_at": params.now + params.lease_s,
+            "kinds": list(params.kinds),
+            "limit": params.limit,
+        }
+
+        async def op(conn: Conn, changes: list[TaskChange]) -> list[DictRow]:
+            return await many(conn, "claim_parked", args)
+
+        return [task_from_row(r) for r in await self._write(op)]
+
+    async def next_parked_at(self) -> float | None:
+        row = await self._read(lambda c: one(c, "next_parked_at"))
+        return None if row is None else row["at"]
+
+    async def find_upstream(self, kind: str, ref: str) -> Task | None:
+        row = await self._read(lambda c: one(c, "find_upstream", {"kind": kind, "ref": ref}))
+        return None if row is None else task_from_row(row)
+
+    async def due_callbacks(self, now: float, limit: int) -> list[Task]:
+        rows = await self._read(lambda c: many(c, "due_callbacks", {"now": now, "limit": limit}))
+        return [task_from_row(r) for r in rows]
+
+    async def callback_result(self, task_id: str, state: str, next_at: float | None) -> None:
+        params = {"id": task_id, "state": state, "next_at": next_at}
+
+        async def op(conn: Conn, changes: list[TaskChange]) -> int:
+            return await run(conn, "callback_result", params)
+
+        await self._write(op)
+
+    # -- requests from people ------------------------------------------------------------
+    async def request_cancel(self, task_id: str, tenant: str | None, now: float) -> Task:
+        async def op(conn: Conn, changes: list[TaskChange]) -> Task:
+            return await ledger.cancel(conn, task_id, tenant, now, changes)
+
+        # Woken even for a running task: its worker may be in another process.
+        return await self._write(op, wake=True)
+
+    async def manual_retry(self, task_id: str, tenant: str | None, now: float) -> Task:
+        async def op(conn: Conn, changes: list[TaskChange]) -> Task:
+            return await ledger.manual_retry(conn, task_id, tenant, now, changes)
+
+        return await self._write(op)
+
+    # -- maintenance -----------------------------------------------------------------------
+    async def expired_leases(self, now: float, limit: int) -> list[Task]:
+        rows = await self._read(lambda c: many(c, "expired_leases", {"now": now, "limit": limit}))
+        return [task_from_row(r) for r in rows]
+
+    async def past_deadline(self, now: float, limit: int) -> list[Task]:
+        rows = await self._read(lambda c: many(c, "past_deadline", {"now": now, "limit": limit}))
+        return [task_from_row(r) for r in rows]
+
+    async def purge(self, retention: Retention) -> Purged:
+        results_before = retention.now - retention.result_ttl_s
+        rows_before = retention.now - retention.row_ttl_s
+
+        async def op(conn: Conn, changes: list[TaskChange]) -> Purged:
+            cleared = await run(conn, "purge_results", {"before": results_before})
+            await run(conn, "purge_fingerprints", {"before": results_before})
+            deleted = await run(conn, "purge_rows", {"before": rows_before})
+            await run(conn, "purge_events", {"before": rows_before})
+            keys = await run(conn, "purge_keys", {"now": retention.now})
+            return Purged(cleared, deleted, keys)
+
+        return await self._write(op)
+
+    async def try_lead(self, name: str, owner: str, now: float, ttl_s: float) -> bool:
+        params = {"name": name, "owner": owner, "now": now, "expires_at": now + ttl_s}
+
+        async def op(conn: Conn, changes: list[TaskChange]) -> DictRow | None:
+            return await one(conn, "try_lead", params)
+
+        return await self._write(op) is not None

@@ -1,0 +1,349 @@
+"""One conformance suite for every limiter backend: the in-process one and Redis (Lua).
+
+The local backend runs on a fake clock that the test advances. The Redis backend keeps time
+with the server's TIME, so its tests wait for real, with rates and TTLs small enough that a wait
+is a few hundred milliseconds, and polls (bounded) rather than sleeping a fixed guess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import pytest
+import redis.asyncio as aioredis
+
+from floodway.config import ResourceConfig, TenantConfig
+from floodway.core.task import Lane
+from floodway.limits.admission import LimitsAdmission
+from floodway.limits.backend import (
+    AcquireRequest,
+    Bucket,
+    Debit,
+    LimiterBackend,
+    LimiterUnavailable,
+    SlotClaim,
+)
+from floodway.limits.base import Settlement
+from floodway.limits.local import LocalLimiterBackend
+from floodway.limits.redis_backend import RedisLimiterBackend
+from floodway.store.base import Candidate
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class FakeClock:
+    """The shape of floodway.testing.FakeClock: now(), async sleep(), advance()."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.t = start
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.t += max(0.0, seconds)
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@dataclass
+class Harness:
+    backend: LimiterBackend
+    #: let at least ``seconds`` pass on the backend's clock
+    advance: Callable[[float], Awaitable[None]]
+    real_time: bool
+
+
+@pytest.fixture(params=["local", "redis"])
+async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    if request.param == "local":
+        clock = FakeClock()
+
+        async def advance_fake(seconds: float) -> None:
+            clock.advance(seconds)
+
+        yield Harness(LocalLimiterBackend(clock), advance_fake, real_time=False)
+        return
+    prefix = f"test-{uuid.uuid4().hex}"
+    backend = RedisLimiterBackend.from_url(REDIS_URL, prefix)
+    client = backend.client
+    try:
+        await client.ping()
+    except (OSError, aioredis.RedisError):
+        await backend.aclose()
+        pytest.skip("no Redis at 127.0.0.1:6379")
+
+    async def advance_real(seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    try:
+        yield Harness(backend, advance_real, real_time=True)
+    finally:
+        keys = [k async for k in client.scan_iter(match=f"floodway:{{{prefix}}}:*")]
+        if keys:
+            await client.delete(*keys)
+        await backend.aclose()
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], h: Harness, step: float) -> None:
+    """Advance ``step`` at a time until ``check`` holds (bounded: 40 steps)."""
+    for _ in range(40):
+        if await check():
+            return
+        await h.advance(step)
+    raise AssertionError("condition never held")
+
+
+def bucket(key: str = "b", capacity: float = 5.0, rate: float = 10.0) -> Bucket:
+    return Bucket(key, capacity, rate)
+
+
+def take(b: Bucket, cost: float = 1.0) -> AcquireRequest:
+    return AcquireRequest(debits=(Debit(b, cost),))
+
+
+def slot(key: str, slot_id: str, limit: int = 1, ttl_s: float = 30.0) -> SlotClaim:
+    return SlotClaim(key, limit, slot_id, ttl_s)
+
+
+# -- buckets ---------------------------------------------------------------------------------
+async def test_a_new_bucket_starts_full_and_refuses_past_capacity(harness: Harness) -> None:
+    b = bucket(capacity=3, rate=0.01)
+    results = [await harness.backend.acquire(take(b)) for _ in range(4)]
+    assert [r.granted for r in results] == [True, True, True, False]
+    refused = results[-1]
+    assert refused.refused == ("b",)
+    assert refused.retry_in == pytest.approx(100.0, rel=0.05)  # 1 token at 0.01/s
+    assert await harness.backend.level(b) == pytest.approx(0.0, abs=0.01)
+
+
+async def test_a_bucket_refills_over_time_up_to_capacity(harness: Harness) -> None:
+    b = bucket(capacity=2, rate=10.0)
+    assert (await harness.backend.acquire(take(b, 2))).granted
+    refused = await harness.backend.acquire(take(b, 2))
+    assert not refused.granted and refused.retry_in is not None
+    assert 0.0 < refused.retry_in <= 0.2
+    await harness.advance(refused.retry_in + 0.02)
+    assert (await harness.backend.acquire(take(b, 2))).granted
+    await harness.advance(1.0)  # ten tokens' worth of time, but it holds only two
+    assert await harness.backend.level(b) == pytest.approx(2.0)
+
+
+async def test_a_cost_above_capacity_never_fits(harness: Harness) -> None:
+    result = await harness.backend.acquire(take(bucket(capacity=3), 4))
+    assert not result.granted and result.retry_in is None
+
+
+async def test_settle_refunds_up_to_capacity_and_debits_into_debt(harness: Harness) -> None:
+    be = harness.backend
+    b = bucket(capacity=10, rate=0.001)
+    assert (await be.acquire(take(b, 8))).granted
+    assert await be.settle(b, -5) == pytest.approx(7.0, abs=0.01)
+    assert await be.settle(b, -50) == pytest.approx(10.0)  # never above capacity
+    assert await be.settle(b, 25) == pytest.approx(-15.0, abs=0.01)  # debt
+    result = await be.acquire(take(b, 1))
+    assert not result.granted
+    assert result.retry_in == pytest.approx(16 / 0.001, rel=0.01)  # repay the debt, then 1
+
+
+async def test_clamp_only_lowers(harness: Harness) -> None:
+    be = harness.backend
+    b = bucket(capacity=10, rate=0.001)
+    assert await be.clamp(b, 20) == pytest.approx(10.0)
+    assert await be.clamp(b, 4) == pytest.approx(4.0, abs=0.01)
+    assert await be.clamp(b, 8) == pytest.approx(4.0, abs=0.01)
+    assert not (await be.acquire(take(b, 5))).granted
+
+
+# -- slots -----------------------------------------------------------------------------------
+async def test_slots_up_to_the_limit_then_a_release_frees_one(harness: Harness) -> None:
+    be = harness.backend
+    assert (await be.acquire(AcquireRequest(slots=(slot("s", "a", 2),)))).granted
+    assert (await be.acquire(AcquireRequest(slots=(slot("s", "b", 2),)))).granted
+    full = await be.acquire(AcquireRequest(slots=(slot("s", "c", 2),)))
+    assert not full.granted and full.refused == ("s",) and full.retry_in is None
+    assert full.held == ()
+    assert await be.slots_in_use("s") == 2
+    assert await be.release_slot("s", "a")
+    assert not await be.release_slot("s", "a")  # twice is a no-op
+    assert (await be.acquire(AcquireRequest(slots=(slot("s", "c", 2),)))).granted
+
+
+async def test_a_slot_id_cannot_hold_two_slots(harness: Harness) -> None:
+    be = harness.backend
+    assert (await be.acquire(AcquireRequest(slots=(slot("s", "a", 5),)))).granted
+    again = await be.acquire(AcquireRequest(slots=(slot("s", "a", 5),)))
+    assert not again.granted and again.held == ("s",)
+    assert await be.slots_in_use("s") == 1
+
+
+async def test_an_expired_slot_comes_back(harness: Harness) -> None:
+    """A crashed holder never releases: its slot must expire."""
+    be = harness.backend
+    assert (await be.acquire(AcquireRequest(slots=(slot("s", "dead", 1, ttl_s=0.2),)))).granted
+    assert not (await be.acquire(AcquireRequest(slots=(slot("s", "next", 1),)))).granted
+
+    async def freed() -> bool:
+        return (await be.acquire(AcquireRequest(slots=(slot("s", "next", 1),)))).granted
+
+    await eventually(freed, harness, 0.05)
+    assert await be.slots_in_use("s") == 1
+
+
+async def test_renew_keeps_a_slot_past_its_first_ttl(harness: Harness) -> None:
+    be = harness.backend
+    assert (await be.acquire(AcquireRequest(slots=(slot("s", "a", 1, ttl_s=0.3),)))).granted
+    await harness.advance(0.1)
+    assert await be.renew_slot("s", "a", 5.0)
+    await harness.advance(0.4)  # past the first TTL
+    assert await be.slots_in_use("s") == 1
+    assert not await be.renew_slot("s", "ghost", 5.0)
+
+
+# -- all or nothing --------------------------------------------------------------------------
+async def test_acquire_is_all_or_nothing_across_dimensions(harness: Harness) -> None:
+    be = harness.backend
+    requests, tokens = bucket("rpm", 5, 0.001), bucket("tpm", 100, 0.001)
+    assert (await be.acquire(AcquireRequest(slots=(slot("tenant", "x", 1),)))).granted
+    # Buckets have room, but the tenant's slot is taken: nothing may be debited.
+    blocked = AcquireRequest(
+        debits=(Debit(requests, 1), Debit(tokens, 60)),
+        slots=(slot("res", "y", 3), slot("tenant", "y", 1)),
+    )
+    result = await be.acquire(blocked)
+    assert not result.granted and result.refused == ("tenant",)
+    assert await be.level(requests) == pytest.approx(5.0)
+    assert await be.level(tokens) == pytest.approx(100.0)
+    assert await be.slots_in_use("res") == 0
+    # Every refusing dimension is named, not just the first.
+    too_big = AcquireRequest(
+        debits=(Debit(requests, 1), Debit(tokens, 101)), slots=(slot("tenant", "y", 1),)
+    )
+    assert set((await be.acquire(too_big)).refused) == {"tenant", "tpm"}
+    await be.release_slot("tenant", "x")
+    assert (await be.acquire(blocked)).granted
+    assert await be.level(requests) == pytest.approx(4.0, abs=0.01)
+    assert await be.level(tokens) == pytest.approx(40.0, abs=0.01)
+    assert await be.slots_in_use("res") == 1
+
+
+async def test_concurrent_acquires_never_exceed_the_limit(harness: Harness) -> None:
+    be = harness.backend
+    slot_results = await asyncio.gather(
+        *(be.acquire(AcquireRequest(slots=(slot("s", f"t{i}", 10),))) for i in range(200))
+    )
+    assert sum(r.granted for r in slot_results) == 10
+    assert await be.slots_in_use("s") == 10
+    b = bucket("b", 10, 0.001)
+    bucket_results = await asyncio.gather(*(be.acquire(take(b)) for _ in range(200)))
+    assert sum(r.granted for r in bucket_results) == 10
+
+
+# -- gates and the adaptive factor -----------------------------------------------------------
+async def test_a_paused_gate_refuses_until_it_opens(harness: Harness) -> None:
+    be = harness.backend
+    req = AcquireRequest(debits=(Debit(bucket(), 1),), gates=("g",))
+    assert await be.pause("g", 0.3) == pytest.approx(0.3, abs=0.01)
+    assert await be.pause("g", 0.1) == 0.0  # never shortens
+    result = await be.acquire(req)
+    assert not result.granted and result.refused == ("g",)
+    assert result.retry_in is not None and 0.1 < result.retry_in <= 0.3 + 1e-6
+    assert await be.level(bucket()) == pytest.approx(5.0)  # nothing taken
+
+    async def opened() -> bool:
+        return (await be.acquire(req)).granted
+
+    await eventually(opened, harness, 0.05)
+    assert await be.paused_for("g") == 0.0
+
+
+async def test_rate_factor_decreases_once_per_round_trip_and_recovers(harness: Harness) -> None:
+    be = harness.backend
+    assert await be.rate_factor("r") == 1.0
+    granted = await be.acquire(take(bucket()))
+    assert await be.increase_rate("r", step=0.1, cap=1.0, interval_s=0) == 1.0
+    await harness.advance(0.01)
+    first = await be.decrease_rate("r", multiplier=0.5, floor=0.05, granted_at=granted.at)
+    assert first == pytest.approx(0.5)
+    # Another 429 of the same round (granted before the decrease): no second halving.
+    again = await be.decrease_rate("r", multiplier=0.5, floor=0.05, granted_at=granted.at)
+    assert again == pytest.approx(0.5)
+    await harness.advance(0.01)
+    later = await be.acquire(take(bucket()))
+    await harness.advance(0.01)
+    assert await be.decrease_rate(
+        "r", multiplier=0.5, floor=0.3, granted_at=later.at
+    ) == pytest.approx(0.3)  # floored
+    # Recovery waits for the interval since the last change, then steps.
+    assert await be.increase_rate("r", step=0.1, cap=1.0, interval_s=30) == pytest.approx(0.3)
+
+    async def stepped() -> bool:
+        factor = await be.increase_rate("r", step=0.1, cap=1.0, interval_s=0.1)
+        return factor == pytest.approx(0.4)
+
+    await eventually(stepped, harness, 0.05)
+    assert await be.rate_factor("r") == pytest.approx(0.4)
+
+
+async def test_backend_time_moves_forward(harness: Harness) -> None:
+    first = await harness.backend.now()
+    await harness.advance(0.05)
+    assert await harness.backend.now() > first
+
+
+# -- Redis only ------------------------------------------------------------------------------
+async def test_unreachable_redis_raises_limiter_unavailable() -> None:
+    backend = RedisLimiterBackend.from_url("redis://127.0.0.1:1/0", "x", timeout_s=0.5)
+    try:
+        with pytest.raises(LimiterUnavailable):
+            await backend.acquire(take(bucket()))
+        with pytest.raises(LimiterUnavailable):
+            await backend.release_slot("s", "a")
+    finally:
+        await backend.aclose()
+
+
+async def test_redis_keys_are_namespaced_and_expire(harness: Harness) -> None:
+    if not isinstance(harness.backend, RedisLimiterBackend):
+        pytest.skip("Redis layout")
+    be = harness.backend
+    b = bucket("r:llm:tokens", 10, 1.0)
+    await be.acquire(AcquireRequest(debits=(Debit(b, 4),), slots=(slot("r:llm:slots", "t1", 3),)))
+    client = be.client
+    assert be.key("r:llm:tokens").startswith("floodway:{")
+    ttl = await client.pttl(be.key("r:llm:tokens"))
+    assert 0 < ttl <= 5000  # full again in 4 s (+1 s): then the key may go
+    assert 0 < await client.pttl(be.key("r:llm:slots")) <= 30_000
+
+
+# -- admission over each backend -------------------------------------------------------------
+async def test_two_processes_sharing_a_backend_share_its_limits(harness: Harness) -> None:
+    """Two LimitsAdmission instances over one backend stand for two worker processes over one
+    Redis: together they never exceed the resource's slots or its tenant caps (S24)."""
+    clock = FakeClock()  # only for aging: the backend keeps its own time
+    workers = [
+        LimitsAdmission(
+            {"llm": ResourceConfig(concurrency=10, headroom=0.8)},
+            {"chat": "llm"},
+            TenantConfig(concurrency=3),
+            harness.backend,
+            clock,
+        )
+        for _ in range(2)
+    ]
+    ready = [
+        Candidate(f"t{i}", "chat", f"tenant{i % 4}", Lane.BACKGROUND, 1.0, i, clock.now(), None)
+        for i in range(40)
+    ]
+    first, second = await asyncio.gather(*(w.admit(ready, clock.now()) for w in workers))
+    ids = [p.task_id for p in first + second]
+    assert len(ids) == len(set(ids)) == 8  # 10 x 0.8, each task admitted once
+    per_tenant = {t: sum(p.tenant == t for p in first + second) for t in {"tenant0", "tenant1"}}
+    assert max(per_tenant.values()) <= 3
+    for p in first:
+        await workers[0].settle(p, Settlement(), clock.now())
+    assert len(await workers[1].admit(ready, clock.now())) == len(first)
