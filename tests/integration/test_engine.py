@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI, Request
 
 from floodway import (
     AdmissionRefused,
@@ -23,10 +24,12 @@ from floodway import (
     Task,
     UnknownKind,
 )
+from floodway.config import Settings
 from floodway.core.outcome import Completion
 from floodway.core.task import ErrorClass
 from floodway.maintenance.loop import Retainer
 from floodway.maintenance.sweeper import Sweeper
+from floodway.providers.sim.server import serve_app
 from floodway.store.base import ClaimParams
 from floodway.testing import FakeClock, SimulatedProvider, settle
 
@@ -133,24 +136,28 @@ async def test_zombie_worker_cannot_write_its_stale_result(fw: Floodway, clock: 
     await clock.advance(2)  # past the full-jitter backoff of a first retry (at most 1 s)
     fresh = (await store.claim(ClaimParams("w2", "tok-2", ("img",), 1, clock.now(), 30)))[0]
     assert fresh.id == task.id and fresh.attempts == 2
-    late = Completion(task.id, Status.SUCCEEDED, Status.RUNNING, zombie.lease_token,
-                      result={"stale": True})
+    late = Completion(
+        task.id, Status.SUCCEEDED, Status.RUNNING, zombie.lease_token, result={"stale": True}
+    )
     applied = await store.complete([late], clock.now())
     assert not applied[0].applied and applied[0].status is Status.RUNNING
-    ok = Completion(task.id, Status.SUCCEEDED, Status.RUNNING, fresh.lease_token,
-                    result={"fresh": True})
+    ok = Completion(
+        task.id, Status.SUCCEEDED, Status.RUNNING, fresh.lease_token, result={"fresh": True}
+    )
     assert (await store.complete([ok], clock.now()))[0].applied
     assert (await fw.get(task.id)).result == {"fresh": True}
 
 
-async def test_heartbeat_reports_lost_lease_and_worker_fences(fw: Floodway,
-                                                              clock: FakeClock) -> None:
+async def test_heartbeat_reports_lost_lease_and_worker_fences(
+    fw: Floodway, clock: FakeClock
+) -> None:
     fw.kind("img")(SimulatedProvider().handler)
     task = await fw.submit("img", {"p": 1})
     await fw.open()
     claimed = (await fw.store.claim(ClaimParams("w", "tok", ("img",), 1, clock.now(), 30)))[0]
-    await fw.store.complete([Completion(task.id, Status.TIMEOUT, Status.RUNNING, "tok")],
-                           clock.now())
+    await fw.store.complete(
+        [Completion(task.id, Status.TIMEOUT, Status.RUNNING, "tok")], clock.now()
+    )
     beat = await fw.store.heartbeat([(claimed.id, "tok")], clock.now(), 30)
     assert beat.lost == (task.id,)
 
@@ -207,8 +214,9 @@ async def test_fatal_fails_at_once(fw: Floodway) -> None:
     assert done.error is not None and done.error.type == "content_policy"
 
 
-async def test_deadline_turns_queued_and_running_into_timeout(fw: Floodway,
-                                                              clock: FakeClock) -> None:
+async def test_deadline_turns_queued_and_running_into_timeout(
+    fw: Floodway, clock: FakeClock
+) -> None:
     fw.kind("img")(SimulatedProvider().handler)
     queued = await fw.submit("img", {"p": 1}, deadline_s=10)
     await clock.advance(11)
@@ -346,8 +354,9 @@ async def test_database_that_cannot_be_opened(tmp_path: Path) -> None:
         await Floodway(database="mysql://nope").open()
 
 
-async def test_recovery_reconciles_by_lookup_resubmit_or_interrupt(fw: Floodway,
-                                                                   clock: FakeClock) -> None:
+async def test_recovery_reconciles_by_lookup_resubmit_or_interrupt(
+    fw: Floodway, clock: FakeClock
+) -> None:
     sim = SimulatedProvider()
     fw.kind("found", lookup=sim.lookup)(sim.handler)
     fw.kind("safe", idempotent=True)(sim.handler)
@@ -356,8 +365,9 @@ async def test_recovery_reconciles_by_lookup_resubmit_or_interrupt(fw: Floodway,
     found = await fw.submit("found", {"p": 1})
     safe = await fw.submit("safe", {"p": 2})
     unsafe = await fw.submit("unsafe", {"p": 3})
-    claimed = await fw.store.claim(ClaimParams("dead", "tok", ("found", "safe", "unsafe"), 10,
-                                               clock.now(), 30))
+    claimed = await fw.store.claim(
+        ClaimParams("dead", "tok", ("found", "safe", "unsafe"), 10, clock.now(), 30)
+    )
     assert len(claimed) == 3
     sim.results[found.work_key] = {"from": "upstream"}  # the provider finished before we died
     await clock.advance(31)
@@ -370,8 +380,7 @@ async def test_recovery_reconciles_by_lookup_resubmit_or_interrupt(fw: Floodway,
     assert lost.error.cls is ErrorClass.INTERRUPTED
 
 
-async def test_retention_clears_results_then_rows_then_keys(fw: Floodway,
-                                                            clock: FakeClock) -> None:
+async def test_retention_clears_results_then_rows_then_keys(fw: Floodway, clock: FakeClock) -> None:
     fw.kind("img")(SimulatedProvider().handler)
     async with fw.worker():
         task = await fw.wait((await fw.submit("img", {"p": 1}, key="k1")).id, timeout=5)
@@ -425,3 +434,32 @@ async def test_submits_from_another_process_wake_the_dispatcher(db_url: str) -> 
     finally:
         await worker_side.close()
         await submit_side.close()
+
+
+async def test_dead_letter_alert_url_gets_a_post(db_url: str, clock: FakeClock) -> None:
+    received: list[dict[str, Any]] = []
+    got = asyncio.Event()
+    receiver = FastAPI()
+
+    @receiver.post("/alerts")
+    async def alert(request: Request) -> dict[str, bool]:
+        received.append(await request.json())
+        got.set()
+        return {"ok": True}
+
+    async with serve_app(receiver) as url:
+        fw = Floodway(settings=Settings(database=db_url, alert_url=f"{url}/alerts"), clock=clock)
+
+        @fw.kind("llm", max_attempts=1)
+        async def busy(ctx: Context, value: dict[str, Any]) -> None:
+            raise RetryableError("503 busy")
+
+        try:
+            async with fw.worker():
+                task = await fw.submit("llm", {"q": 1})
+                assert (await fw.wait(task.id, timeout=5)).status is Status.DEAD
+                await asyncio.wait_for(got.wait(), 10)
+        finally:
+            await fw.close()
+    assert received[0]["event"] == "task.dead" and received[0]["task_id"] == task.id
+    assert received[0]["error"]["class"] == "exhausted"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -70,15 +72,11 @@ async def run_ops(ops: list[tuple[str, int, Status, bool]]) -> None:
                     after = await store.get(target)
                     assert after is not None and after.status is before.status
             elif name == "cancel" and target is not None:
-                try:
+                with contextlib.suppress(FloodwayError):
                     await store.request_cancel(target, None, now)
-                except FloodwayError:
-                    pass
             elif name == "retry" and target is not None:
-                try:
+                with contextlib.suppress(FloodwayError):
                     await store.manual_retry(target, None, now)
-                except FloodwayError:
-                    pass
             elif name == "tick":
                 now += n * 10
             elif name == "purge":
@@ -86,7 +84,7 @@ async def run_ops(ops: list[tuple[str, int, Status, bool]]) -> None:
         for task_id in ids:
             events = await store.events(task_id)
             path = [e.status for e in events]
-            for a, b in zip(path, path[1:], strict=False):
+            for a, b in itertools.pairwise(path):
                 assert is_legal(a, b), f"{task_id}: illegal {a} -> {b} in {path}"
             task = await store.get(task_id)
             if task is not None and path:

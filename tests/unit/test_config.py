@@ -1,0 +1,90 @@
+"""Configuration: bad files stop start-up with a message naming the key and the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from floodway import ConfigError
+from floodway.config import load_settings, parse_duration, parse_rate
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "floodway.toml"
+    path.write_text(text)
+    return path
+
+
+def test_full_example_loads(tmp_path: Path) -> None:
+    path = write(tmp_path, '''
+database = "sqlite:///x.db"
+[api]
+keys = { "key-a" = "tenant-a" }
+[resources.image-api]
+concurrency = 10
+requests_per_minute = 600
+headroom = 0.8
+adaptive = true
+[tenants]
+concurrency = 3
+submit_rate = "1/10s"
+interactive_depth = 5
+[kinds.image]
+adapter = "http"
+resource = "image-api"
+url = "http://127.0.0.1:9000/generate"
+timeout = "60s"
+deadline = "15m"
+''')
+    s = load_settings(path)
+    assert s.resources["image-api"].concurrency == 10
+    assert s.kinds["image"].timeout == 60 and s.kinds["image"].deadline == 900
+    assert s.api.keys == {"key-a": "tenant-a"}
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("bogus = 1\n", "bogus: unknown key"),
+        ("[resources.llm]\nconcurrency = -1\n", "resources.llm.concurrency"),
+        ("[resources.llm]\nconcurrency = 'ten'\n", "resources.llm.concurrency"),
+        ("[resources.llm]\nheadroom = 1.5\n", "resources.llm.headroom"),
+        ("[kinds.k]\nadapter = 'http'\nresource = 'nope'\n", "unknown resource 'nope'"),
+        ("[kinds.k]\ntimeout = 'soon'\n", "kinds.k.timeout"),
+        ("[tenants]\nsubmit_rate = 'fast'\n", "tenants.submit_rate"),
+        ("[kinds.k]\nfallback = 'ghost'\n", "unknown kind 'ghost'"),
+    ],
+)
+def test_bad_values_name_the_key_and_the_file(tmp_path: Path, text: str, needle: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert str(path) in str(info.value) and needle in str(info.value)
+
+
+def test_missing_and_broken_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_settings(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(write(tmp_path, "database = \n"))
+
+
+def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLOODWAY_DATABASE", "sqlite:///from-env.db")
+    monkeypatch.setenv("FLOODWAY_RESOURCES__LLM__CONCURRENCY", "7")
+    s = load_settings(write(tmp_path, 'database = "sqlite:///file.db"\n'))
+    assert s.database == "sqlite:///from-env.db"
+    assert s.resources["llm"].concurrency == 7
+    # explicit flags beat both
+    assert load_settings(None, database="sqlite:///flag.db").database == "sqlite:///flag.db"
+
+
+def test_durations_and_rates() -> None:
+    assert parse_duration("250ms") == 0.25 and parse_duration("15m") == 900
+    assert parse_duration(3) == 3.0
+    assert parse_rate("1/10s") == (1.0, 10.0) and parse_rate("30/m") == (30.0, 60.0)
+    with pytest.raises(ValueError):
+        parse_duration("-1s")
+    with pytest.raises(ValueError):
+        parse_rate("0/s")
