@@ -55,6 +55,7 @@ def load_floodway(app_ref: str | None, config: Path | None, database: str | None
         fail(f"--app {app_ref!r}: cannot load it: {exc}")
     if not isinstance(target, Floodway):
         fail(f"--app {app_ref!r} is a {type(target).__name__}, not a floodway.Floodway")
+        raise AssertionError  # fail() exits
     if config is not None or database is not None or redis is not None:
         base = load_settings(config) if config is not None else target.settings
         updates = {k: v for k, v in {"database": database, "redis": redis}.items() if v}
@@ -78,13 +79,12 @@ async def run_until_signalled(fw: Floodway, concurrency: int | None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    async with fw:
-        async with fw.worker(concurrency) as worker:
-            console.print(f"[green]worker[/] {worker.owner} on {fw.settings.database} "
-                          f"running {', '.join(fw.kinds.names()) or 'no kinds'}")
-            await stop.wait()
-            console.print("stopping: letting running tasks finish "
-                          f"(grace {fw.settings.worker.grace:g}s)")
+    async with fw, fw.worker(concurrency) as worker:
+        console.print(f"[green]worker[/] {worker.owner} on {fw.settings.database} "
+                      f"running {', '.join(fw.kinds.names()) or 'no kinds'}")
+        await stop.wait()
+        console.print("stopping: letting running tasks finish "
+                      f"(grace {fw.settings.worker.grace:g}s)")
 
 
 @app.command()
@@ -148,6 +148,21 @@ def simulate(
     console.print(f"[green]simulated provider[/] on http://{host}:{port} "
                   "(GET /ledger, GET /stats)")
     run_simulator_blocking(cfg, host, port)
+
+
+@app.command()
+def demo(
+    realistic: Annotated[bool, typer.Option("--realistic", help="the seed's 20 s images")] = False,
+    images: Annotated[int, typer.Option(min=1, help="how many images")] = 200,
+    latency_ms: Annotated[float | None, typer.Option("--latency-ms", min=1)] = None,
+) -> None:
+    """The 200-image batch against a simulated image API (offline, no setup)."""
+    from floodway.demo import DemoOptions, run_demo
+
+    latency = latency_ms or (20_000.0 if realistic else 1_500.0)
+    out = Console()
+    code = run(run_demo(DemoOptions(images=images, latency_ms=latency), out))
+    raise typer.Exit(code)
 
 
 def main() -> None:

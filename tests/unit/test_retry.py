@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 import httpx
@@ -86,7 +85,7 @@ def test_poison_after_three_invalid_outputs() -> None:
 
 def test_classify_timeouts_and_connections_retryable_rest_fatal() -> None:
     policy = RetryPolicy()
-    assert policy.classify(asyncio.TimeoutError()).error.cls is ErrorClass.RETRYABLE
+    assert policy.classify(TimeoutError()).error.cls is ErrorClass.RETRYABLE
     assert policy.classify(httpx.ConnectError("x")).error.cls is ErrorClass.RETRYABLE
     assert policy.classify(ConnectionResetError()).error.cls is ErrorClass.RETRYABLE
     assert policy.classify(KeyError("bug")).error.cls is ErrorClass.FATAL
