@@ -17,6 +17,7 @@ from floodway.engine import AlertHook, Engine
 from floodway.kinds import CostFn, Handler, KindRegistry, KindSpec, Lookup, Poll
 from floodway.limits.base import Admission
 from floodway.maintenance.loop import Maintenance
+from floodway.providers.registry import aclose_kinds
 from floodway.retry import RetryPolicy
 from floodway.store.base import Store, TaskQuery
 from floodway.store.factory import open_store
@@ -153,6 +154,7 @@ class Floodway:
         for worker in list(self._workers):
             await worker.stop(0)
         if self._engine is not None:
+            await aclose_kinds(self.kinds)  # the adapters' pooled HTTP clients
             closer = getattr(self._engine.admission, "aclose", None)
             if closer is not None:
                 await closer()

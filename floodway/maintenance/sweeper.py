@@ -108,7 +108,15 @@ class Sweeper:
                 task.status,
                 task.lease_token if task.status is Status.RUNNING else None,
                 error=error,
+                # a parked task (waiting on its upstream job) has no lease: the CAS checks parked
+                parked=task.parked,
             )
             applied = await engine.store.complete([item], engine.clock.now())
+            if applied[0].applied and task.status is Status.RUNNING:
+                # a running or parked task held a provider slot: give it back
+                await engine.admission.release_slots(
+                    engine.admission.permit_for(task.id, task.kind, task.tenant,
+                                                task.cost_estimated)
+                )
             count += applied[0].applied
         return count

@@ -21,8 +21,10 @@ from floodway.core.states import Status
 from floodway.core.task import Task, new_token
 from floodway.engine import Engine
 from floodway.limits.base import Permit, Settlement
+from floodway.providers.base import ParkUpstream
 from floodway.store.base import ClaimParams, ReadyQuery
 from floodway.worker.executor import execute
+from floodway.worker.upstream import UpstreamPoller
 
 log = logging.getLogger("floodway.worker")
 
@@ -59,6 +61,12 @@ class Worker:
         self._loops: list[asyncio.Task[None]] = []
         self.claimed = 0
         self.completed = 0
+        #: the earliest retry this worker scheduled: the idle wait ends then, not a poll later
+        self._next_due: float | None = None
+        # -- upstream jobs: parked tasks are polled by this loop, not by a held worker slot --
+        self.upstream = UpstreamPoller(
+            engine, owner=self.owner, lease_s=self.options.lease_s, idle_s=self.options.idle_poll_s
+        )
 
     @property
     def owner(self) -> str:
@@ -68,6 +76,7 @@ class Worker:
         self._loops = [
             asyncio.create_task(self._dispatch_loop(), name="floodway-dispatch"),
             asyncio.create_task(self._heartbeat_loop(), name="floodway-heartbeat"),
+            asyncio.create_task(self.upstream.run(), name="floodway-upstream"),
         ]
 
     async def stop(self, grace_s: float | None = None) -> None:
@@ -125,9 +134,15 @@ class Worker:
     async def _idle_wait(self) -> None:
         engine = self.engine
         timeout = self.options.idle_poll_s
-        hint = engine.admission.next_admission_in(engine.clock.now())
+        now = engine.clock.now()
+        hint = engine.admission.next_admission_in(now)
         if hint is not None:
             timeout = max(0.001, min(timeout, hint))
+        if self._next_due is not None:
+            if self._next_due <= now:
+                self._next_due = None
+            else:
+                timeout = max(0.001, min(timeout, self._next_due - now))
         local = asyncio.ensure_future(wait_event(engine.clock, engine.hub.work_available, timeout))
         remote = asyncio.ensure_future(engine.store.wait_for_change(timeout))
         freed = asyncio.ensure_future(self._slot_freed.wait())
@@ -145,13 +160,11 @@ class Worker:
         params = ClaimParams(self.owner, new_token(), kinds, limit, now, self.options.lease_s)
         permits: dict[str, Permit] = {}
         if engine.admission.limited:
-            ready = await engine.store.ready(ReadyQuery(kinds, now, max(limit * 4, 32)))
+            ready = await engine.store.ready(ReadyQuery(kinds, now, max(limit, 16)))
             if not ready:
                 return 0
-            admitted = await engine.admission.admit(ready, now)
-            for extra in admitted[limit:]:
-                await engine.admission.release(extra, now)
-            permits = {p.task_id: p for p in admitted[:limit]}
+            admitted = await engine.admission.admit(ready, now, limit=limit)
+            permits = {p.task_id: p for p in admitted}
             if not permits:
                 return 0
             params = ClaimParams(
@@ -185,6 +198,15 @@ class Worker:
         spec = engine.kinds.get(run.task.kind)
         try:
             outcome = await execute(spec, run.ctx, engine.policy, engine.clock)
+        except ParkUpstream as park:  # -- upstream jobs: the handler waits on a durable timer --
+            if spec.poll is not None:
+                await asyncio.shield(self._park(run, park))
+                return
+            from floodway.core.outcome import Failed
+            from floodway.core.task import ErrorClass, ErrorInfo
+
+            message = f"the handler parked on {park.ref}, but kind {spec.name!r} has no poll"
+            outcome = Failed(ErrorInfo(ErrorClass.FATAL, "not_pollable", message))
         except asyncio.CancelledError:
             # Torn down by stop(): hand the task back without spending an attempt.
             item = Completion(
@@ -226,6 +248,9 @@ class Worker:
                 # The lease will expire and the sweeper will reconcile the task.
                 log.exception("could not write the outcome of %s", run.task.id)
                 return
+            if applied[0].applied and item.next_attempt_at is not None:
+                due = item.next_attempt_at
+                self._next_due = due if self._next_due is None else min(self._next_due, due)
             if not applied[0].applied:
                 log.warning(
                     "task %s: outcome %s refused (now %s)",
@@ -235,6 +260,36 @@ class Worker:
                 )
             await engine.after_completion(run.task, item, applied[0])
             self.completed += 1
+        finally:
+            self.running.pop(run.task.id, None)
+            self._slot_freed.set()
+
+    # -- upstream jobs ------------------------------------------------------------------------
+    async def _park(self, run: _Running, park: ParkUpstream) -> None:
+        """Leave the task waiting on its upstream job without this worker: it stays running,
+        the lease and the worker slot are released, the provider slot is kept, and the
+        upstream poller wakes it at ``park.poll_at``."""
+        engine = self.engine
+        try:
+            # Usage is settled when the job ends (by the poller or the webhook), not here.
+            keep = Settlement(headers=run.ctx.response_headers, keep_slot=True)
+            await engine.admission.settle(run.permit, keep, engine.clock.now())
+            if run.fenced:
+                log.warning("task %s: lease lost, not parked", run.task.id)
+                return
+            assert run.task.lease_token is not None
+            try:
+                parked = await engine.store.park(
+                    run.task.id, run.task.lease_token, park.ref, park.poll_at, engine.clock.now()
+                )
+            except Exception:
+                # The lease will expire; the sweeper resumes the task from its upstream_ref.
+                log.exception("could not park %s", run.task.id)
+                return
+            if parked:
+                self.upstream.wake(park.poll_at)
+            else:
+                log.warning("task %s: lease lost, not parked", run.task.id)
         finally:
             self.running.pop(run.task.id, None)
             self._slot_freed.set()
@@ -263,3 +318,7 @@ class Worker:
                     run.ctx.cancelled.set()
             for task_id in result.cancel_requested:
                 self.cancel_local(task_id)
+            try:  # keep the provider slots of long tasks alive with their leases
+                await engine.admission.renew([r.permit for r in self.running.values()])
+            except Exception:
+                log.exception("renewing limiter slots failed")

@@ -1,0 +1,114 @@
+"""The ``openai`` adapter: OpenAI-compatible APIs (OpenAI, Azure-style gateways, vLLM, Ollama...).
+
+``endpoint`` picks chat completions, embeddings or image generation under ``base_url``; the task
+input is the request body (``model`` filled in from the kind when the input has none) and the
+result is the provider's JSON answer. The key comes from the environment variable named by
+``api_key_env``.
+
+Cost: estimated before the call (prompt characters / 4 + ``max_tokens`` for chat, input / 4 for
+embeddings, ``n`` images), settled after it from ``usage`` (``ctx.report_usage``). Errors:
+``insufficient_quota`` and billing errors are fatal even on a 429 (waiting will not refill the
+account), a plain 429 is retryable and throttles the resource (``retry-after-ms`` or
+``Retry-After`` honoured), content-policy refusals and ``context_length_exceeded`` are fatal and
+say so. A completion that stopped on the content filter, or carries a ``refusal``, is fatal too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from floodway.core.errors import FatalError
+from floodway.core.task import JSON
+from floodway.kinds import CostFn
+from floodway.providers.base import Finished, SharedClient, Submission
+from floodway.providers.cost import chat_tokens, embedding_tokens, image_count
+from floodway.providers.responses import error_for, json_body, send, usage_of
+
+if TYPE_CHECKING:
+    from floodway.context import Context
+
+Endpoint = Literal["chat", "embeddings", "images"]
+PATHS: dict[str, str] = {
+    "chat": "/chat/completions",
+    "embeddings": "/embeddings",
+    "images": "/images/generations",
+}
+DEFAULT_COST: dict[str, CostFn] = {
+    "chat": chat_tokens,
+    "embeddings": embedding_tokens,
+    "images": image_count,
+}
+
+
+@dataclass
+class OpenAIAdapter:
+    name: str
+    base_url: str
+    endpoint: Endpoint = "chat"
+    api_key: str | None = None
+    model: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    timeout_s: float = 60.0
+    cost: CostFn | None = None
+
+    def __post_init__(self) -> None:
+        self.http = SharedClient(self.timeout_s)
+        self.url = self.base_url.rstrip("/") + PATHS[self.endpoint]
+
+    def estimate(self, value: JSON) -> float:
+        rule = self.cost or DEFAULT_COST[self.endpoint]
+        return float(rule(value))
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def submit(self, ctx: Context, value: JSON) -> Submission:
+        if not isinstance(value, dict):
+            raise FatalError(f"{self.name}: the input must be a JSON object (the request body)")
+        body = dict(value)
+        if self.model and "model" not in body:
+            body["model"] = self.model
+        # Most OpenAI-compatible servers ignore it; gateways that honour it avoid double billing.
+        headers = {**self.headers, "Idempotency-Key": ctx.idempotency_key}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        url = self.url
+        what = f"POST {url}"
+        client = self.http.client
+        response = await send(ctx, lambda: client.post(url, json=body, headers=headers), what)
+        if not response.is_success:
+            raise error_for(response, ctx.now(), what)
+        data = json_body(response, what)
+        used = self._usage(data)
+        if used is not None:
+            ctx.report_usage(used)
+        if self.endpoint == "chat":
+            _refuse_refusals(data, what)
+        return Finished(data)
+
+    def _usage(self, data: Any) -> float | None:
+        used = usage_of(data)
+        if used is None and self.endpoint == "images" and isinstance(data, dict):
+            images = data.get("data")
+            if isinstance(images, list):
+                return float(len(images))
+        return used
+
+
+def _refuse_refusals(data: Any, what: str) -> None:
+    """A 200 can still be a refusal: the content filter stopped it, or the model declined."""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list):
+        return
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        message = choice.get("message")
+        refusal = message.get("refusal") if isinstance(message, dict) else None
+        if refusal:
+            raise FatalError(f"{what}: the model refused: {refusal}", type="refusal")
+        if choice.get("finish_reason") == "content_filter":
+            raise FatalError(
+                f"{what}: the completion was stopped by the content filter", type="content_filter"
+            )
