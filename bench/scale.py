@@ -27,11 +27,29 @@ from floodway.store.sqlite import SqliteStore
 def fill(path: str, count: int) -> None:
     conn = sqlite3.connect(path)
     now = time.time()
-    rows = ((new_id(now), "noop", "queued", "background", 1, "default", json.dumps({"n": i}), 4,
-             0.0, now, now, now, "{}") for i in range(count))
-    sql = ("INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts, "
-           "cost_estimated, created_at, updated_at, next_attempt_at, metadata) "
-           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)")
+    rows = (
+        (
+            new_id(now),
+            "noop",
+            "queued",
+            "background",
+            1,
+            "default",
+            json.dumps({"n": i}),
+            4,
+            0.0,
+            now,
+            now,
+            now,
+            "{}",
+        )
+        for i in range(count)
+    )
+    sql = (
+        "INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts, "
+        "cost_estimated, created_at, updated_at, next_attempt_at, metadata) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    )
     conn.execute("BEGIN")
     conn.executemany(sql, rows)
     conn.execute("COMMIT")
@@ -48,8 +66,9 @@ async def measure(path: str, claims: int) -> list[float]:
             t0 = time.perf_counter()
             got = await store.claim(ClaimParams("bench", f"tok{i}", ("noop",), 1, now, 30))
             latencies.append((time.perf_counter() - t0) * 1000)
-            await store.complete([Completion(got[0].id, Status.SUCCEEDED, Status.RUNNING,
-                                             got[0].lease_token)], now)
+            await store.complete(
+                [Completion(got[0].id, Status.SUCCEEDED, Status.RUNNING, got[0].lease_token)], now
+            )
     finally:
         await store.close()
     return latencies
@@ -69,8 +88,12 @@ def run(size: int, claims: int) -> dict[str, float]:
         fill(path, size)
         fill_s = time.perf_counter() - t0
         lat = asyncio.run(measure(path, claims))
-    return {"queued": size, "fill_s": fill_s, "claim_p50_ms": percentile(lat, 50),
-            "claim_p99_ms": percentile(lat, 99)}
+    return {
+        "queued": size,
+        "fill_s": fill_s,
+        "claim_p50_ms": percentile(lat, 50),
+        "claim_p99_ms": percentile(lat, 99),
+    }
 
 
 def main() -> None:
@@ -80,18 +103,24 @@ def main() -> None:
     parser.add_argument("--claims", type=int, default=500)
     args = parser.parse_args()
     small = run(args.small, args.claims)
-    print(f"{args.small:>9,} queued: p50 {small['claim_p50_ms']:.3f} ms, "
-          f"p99 {small['claim_p99_ms']:.3f} ms")
+    print(
+        f"{args.small:>9,} queued: p50 {small['claim_p50_ms']:.3f} ms, "
+        f"p99 {small['claim_p99_ms']:.3f} ms"
+    )
     big = run(args.big, args.claims)
-    print(f"{args.big:>9,} queued: p50 {big['claim_p50_ms']:.3f} ms, "
-          f"p99 {big['claim_p99_ms']:.3f} ms")
+    print(
+        f"{args.big:>9,} queued: p50 {big['claim_p50_ms']:.3f} ms, p99 {big['claim_p99_ms']:.3f} ms"
+    )
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    figures = {"scenario": "T2", "small": small, "big": big,
-               "p99_ratio_big_to_small": big["claim_p99_ms"] / small["claim_p99_ms"],
-               "peak_rss_mb": rss_mb}
+    figures = {
+        "scenario": "T2",
+        "small": small,
+        "big": big,
+        "p99_ratio_big_to_small": big["claim_p99_ms"] / small["claim_p99_ms"],
+        "peak_rss_mb": rss_mb,
+    }
     path = write_result("scale-sqlite", figures)
-    print(f"p99 ratio {figures['p99_ratio_big_to_small']:.2f}, peak RSS {rss_mb:.0f} MB "
-          f"-> {path}")
+    print(f"p99 ratio {figures['p99_ratio_big_to_small']:.2f}, peak RSS {rss_mb:.0f} MB -> {path}")
 
 
 if __name__ == "__main__":

@@ -31,8 +31,9 @@ ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config fi
 AppOpt = Annotated[str | None, typer.Option("--app", help="module:attribute of a Floodway")]
 DatabaseOpt = Annotated[str | None, typer.Option("--database", help="database URL")]
 RedisOpt = Annotated[str | None, typer.Option("--redis", help="redis URL for fleet limits")]
-ConcurrencyOpt = Annotated[int | None, typer.Option("--concurrency", min=1,
-                                                    help="tasks run at once")]
+ConcurrencyOpt = Annotated[
+    int | None, typer.Option("--concurrency", min=1, help="tasks run at once")
+]
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -40,8 +41,9 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def load_floodway(app_ref: str | None, config: Path | None, database: str | None,
-                  redis: str | None) -> Floodway:
+def load_floodway(
+    app_ref: str | None, config: Path | None, database: str | None, redis: str | None
+) -> Floodway:
     """The Floodway of ``--app module:attr`` (with CLI overrides), or one from the config."""
     if app_ref is None:
         return Floodway(settings=load_settings(config, database=database, redis=redis))
@@ -80,16 +82,24 @@ async def run_until_signalled(fw: Floodway, concurrency: int | None) -> None:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     async with fw, fw.worker(concurrency) as worker:
-        console.print(f"[green]worker[/] {worker.owner} on {fw.settings.database} "
-                      f"running {', '.join(fw.kinds.names()) or 'no kinds'}")
+        console.print(
+            f"[green]worker[/] {worker.owner} on {fw.settings.database} "
+            f"running {', '.join(fw.kinds.names()) or 'no kinds'}"
+        )
         await stop.wait()
-        console.print("stopping: letting running tasks finish "
-                      f"(grace {fw.settings.worker.grace:g}s)")
+        console.print(
+            f"stopping: letting running tasks finish (grace {fw.settings.worker.grace:g}s)"
+        )
 
 
 @app.command()
-def worker(config: ConfigOpt = None, app_ref: AppOpt = None, database: DatabaseOpt = None,
-           redis: RedisOpt = None, concurrency: ConcurrencyOpt = None) -> None:
+def worker(
+    config: ConfigOpt = None,
+    app_ref: AppOpt = None,
+    database: DatabaseOpt = None,
+    redis: RedisOpt = None,
+    concurrency: ConcurrencyOpt = None,
+) -> None:
     """Run workers and maintenance (no HTTP). SIGTERM stops gracefully."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     fw = load_floodway(app_ref, config, database, redis)
@@ -137,16 +147,23 @@ def simulate(
 
     try:
         cfg = SimulatorConfig(
-            latency_ms=latency_ms, max_concurrency=max_concurrency, rpm=rpm, tpm=tpm,
-            error_rate=error_rate, rate_limit_rate=rate_limit_rate, refusal_rate=refusal_rate,
-            malformed_rate=malformed_rate, async_jobs=async_jobs,
-            job_duration_ms=job_duration_ms, webhook=webhook,
-            webhook_drop_rate=webhook_drop_rate, seed=seed,
+            latency_ms=latency_ms,
+            max_concurrency=max_concurrency,
+            rpm=rpm,
+            tpm=tpm,
+            error_rate=error_rate,
+            rate_limit_rate=rate_limit_rate,
+            refusal_rate=refusal_rate,
+            malformed_rate=malformed_rate,
+            async_jobs=async_jobs,
+            job_duration_ms=job_duration_ms,
+            webhook=webhook,
+            webhook_drop_rate=webhook_drop_rate,
+            seed=seed,
         )
     except ValidationError as exc:
         fail(f"simulator options: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")
-    console.print(f"[green]simulated provider[/] on http://{host}:{port} "
-                  "(GET /ledger, GET /stats)")
+    console.print(f"[green]simulated provider[/] on http://{host}:{port} (GET /ledger, GET /stats)")
     run_simulator_blocking(cfg, host, port)
 
 

@@ -46,33 +46,53 @@ def settings_for(sim_url: str, opts: DemoOptions, database: str) -> Settings:
     return Settings(
         database=database,
         resources={"image-api": ResourceConfig(concurrency=opts.cap, adaptive=True)},
-        kinds={"image": KindConfig(adapter="http", resource="image-api",
-                                   url=f"{sim_url}/generate", max_attempts=4,
-                                   timeout=max(30.0, opts.latency_ms / 1000 * 4),
-                                   deadline=max(900.0, opts.latency_ms / 1000 * opts.images))},
+        kinds={
+            "image": KindConfig(
+                adapter="http",
+                resource="image-api",
+                url=f"{sim_url}/generate",
+                max_attempts=4,
+                timeout=max(30.0, opts.latency_ms / 1000 * 4),
+                deadline=max(900.0, opts.latency_ms / 1000 * opts.images),
+            )
+        },
     )
 
 
 def view(counts: Counter[str], sim: SimulatorState, elapsed: float, total: int) -> Group:
-    table = Table(title=f"floodway demo: {total} images, provider cap "
-                        f"{sim.config.max_concurrency} concurrent", expand=False)
+    table = Table(
+        title=f"floodway demo: {total} images, provider cap "
+        f"{sim.config.max_concurrency} concurrent",
+        expand=False,
+    )
     for column in ("queued", "running", "retrying", "succeeded", "deduped", "failed", "dead"):
         table.add_column(column, justify="right")
-    table.add_row(*(str(counts.get(c, 0)) for c in ("queued", "running", "retrying",
-                                                      "succeeded", "deduped", "failed", "dead")))
+    table.add_row(
+        *(
+            str(counts.get(c, 0))
+            for c in ("queued", "running", "retrying", "succeeded", "deduped", "failed", "dead")
+        )
+    )
     stats = sim.stats
     done = sum(counts.get(s.value, 0) for s in (Status.SUCCEEDED, Status.DEDUPED))
-    line = (f"elapsed {elapsed:5.1f}s  throughput {done / max(elapsed, 1e-9):5.1f}/s  "
-            f"provider in flight {stats.in_flight:2d} (peak {stats.peak_concurrency})  "
-            f"429s {stats.rate_limited}  5xx {stats.errors_5xx}  refusals {stats.refusals}")
+    line = (
+        f"elapsed {elapsed:5.1f}s  throughput {done / max(elapsed, 1e-9):5.1f}/s  "
+        f"provider in flight {stats.in_flight:2d} (peak {stats.peak_concurrency})  "
+        f"429s {stats.rate_limited}  5xx {stats.errors_5xx}  refusals {stats.refusals}"
+    )
     return Group(table, line)
 
 
 async def run_demo(opts: DemoOptions, console: Console) -> int:
-    sim_cfg = SimulatorConfig(latency_ms=opts.latency_ms, latency_jitter=0.2,
-                              max_concurrency=opts.cap, error_rate=opts.error_rate,
-                              rate_limit_rate=opts.rate_limit_rate,
-                              refusal_rate=opts.refusal_rate, seed=opts.seed)
+    sim_cfg = SimulatorConfig(
+        latency_ms=opts.latency_ms,
+        latency_jitter=0.2,
+        max_concurrency=opts.cap,
+        error_rate=opts.error_rate,
+        rate_limit_rate=opts.rate_limit_rate,
+        refusal_rate=opts.refusal_rate,
+        seed=opts.seed,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         database = opts.database or f"sqlite:///{Path(tmp) / 'demo.db'}"
         async with running_simulator(sim_cfg) as sim:
@@ -81,19 +101,31 @@ async def run_demo(opts: DemoOptions, console: Console) -> int:
                 return await _run(fw, sim.state, sim.url, opts, console)
 
 
-async def _run(fw: Floodway, sim: SimulatorState, sim_url: str, opts: DemoOptions,
-               console: Console) -> int:
-    console.print(f"simulated image API at {sim_url} (cap {opts.cap}, ~{opts.latency_ms:.0f} ms"
-                  f" per image, {opts.error_rate:.0%} 5xx, {opts.rate_limit_rate:.0%} 429)")
+async def _run(
+    fw: Floodway, sim: SimulatorState, sim_url: str, opts: DemoOptions, console: Console
+) -> int:
+    console.print(
+        f"simulated image API at {sim_url} (cap {opts.cap}, ~{opts.latency_ms:.0f} ms"
+        f" per image, {opts.error_rate:.0%} 5xx, {opts.rate_limit_rate:.0%} 429)"
+    )
     started = time.monotonic()
     async with fw.worker(concurrency=opts.cap * 2):
-        prompts = [{"prompt": f"product photo #{i}, white background", "size": "1024x1024"}
-                   for i in range(opts.images)]
+        prompts = [
+            {"prompt": f"product photo #{i}, white background", "size": "1024x1024"}
+            for i in range(opts.images)
+        ]
         tasks: list[Task] = await fw.submit_many("image", prompts, lane="background")
         # The impatient user: the same prompts again (some with the same request key).
-        again = [await fw.submit("image", prompts[i], lane="background",
-                                 key=f"click-{i}" if i % 2 else None, tenant="default")
-                 for i in range(min(opts.duplicates, opts.images))]
+        again = [
+            await fw.submit(
+                "image",
+                prompts[i],
+                lane="background",
+                key=f"click-{i}" if i % 2 else None,
+                tenant="default",
+            )
+            for i in range(min(opts.duplicates, opts.images))
+        ]
         ids = [t.id for t in tasks] + [t.id for t in again]
         with Live(console=console, refresh_per_second=4, transient=False) as live:
             while True:
@@ -101,9 +133,11 @@ async def _run(fw: Floodway, sim: SimulatorState, sim_url: str, opts: DemoOption
                 for task_id in ids:
                     counts[(await fw.get(task_id)).status.value] += 1
                 live.update(view(counts, sim, time.monotonic() - started, len(ids)))
-                if sum(counts[s.value] for s in Status if s.value in (
-                        "succeeded", "deduped", "failed", "dead", "timeout", "cancelled")
-                       ) == len(ids):
+                if sum(
+                    counts[s.value]
+                    for s in Status
+                    if s.value in ("succeeded", "deduped", "failed", "dead", "timeout", "cancelled")
+                ) == len(ids):
                     break
                 await asyncio.sleep(0.25)
     makespan = time.monotonic() - started
@@ -111,8 +145,9 @@ async def _run(fw: Floodway, sim: SimulatorState, sim_url: str, opts: DemoOption
     return summarize(final, sim, makespan, opts, console)
 
 
-def summarize(final: list[Task], sim: SimulatorState, makespan: float, opts: DemoOptions,
-              console: Console) -> int:
+def summarize(
+    final: list[Task], sim: SimulatorState, makespan: float, opts: DemoOptions, console: Console
+) -> int:
     states = Counter(t.status for t in final)
     ledger = sim.ledger.as_dict()
     optimum = opts.images * opts.latency_ms / 1000 / opts.cap
@@ -122,10 +157,13 @@ def summarize(final: list[Task], sim: SimulatorState, makespan: float, opts: Dem
     table = Table(title="summary", show_header=False)
     table.add_row("tasks", f"{len(final)} ({opts.images} images + {duplicates} double clicks)")
     table.add_row("succeeded", str(states[Status.SUCCEEDED]))
-    table.add_row("deduped (not charged)", str(states[Status.DEDUPED] +
-                                               (len(final) - len({t.id for t in final}))))
-    table.add_row("makespan", f"{makespan:.1f}s vs optimum {optimum:.1f}s "
-                              f"({makespan / optimum:.2f}x)")
+    table.add_row(
+        "deduped (not charged)",
+        str(states[Status.DEDUPED] + (len(final) - len({t.id for t in final}))),
+    )
+    table.add_row(
+        "makespan", f"{makespan:.1f}s vs optimum {optimum:.1f}s ({makespan / optimum:.2f}x)"
+    )
     table.add_row("provider peak concurrency", f"{sim.stats.peak_concurrency} (cap {opts.cap})")
     table.add_row("429s / 5xx seen", f"{sim.stats.rate_limited} / {sim.stats.errors_5xx}")
     table.add_row("retries", str(retries))
@@ -133,8 +171,9 @@ def summarize(final: list[Task], sim: SimulatorState, makespan: float, opts: Dem
     for t in dead[:5]:
         why = t.error.message if t.error else "?"
         table.add_row(f"  {t.id}", f"{t.status.value}: {why[:70]}")
-    table.add_row("billed images", f"{ledger['total']} (double charged: "
-                                   f"{len(ledger['double_charged'])})")
+    table.add_row(
+        "billed images", f"{ledger['total']} (double charged: {len(ledger['double_charged'])})"
+    )
     table.add_row("money saved on duplicates", f"${duplicates * PRICE_PER_IMAGE:.2f}")
     console.print(table)
     lost = [t for t in final if not t.terminal]

@@ -115,8 +115,9 @@ class Sweeper:
             if applied[0].applied and task.status is Status.RUNNING:
                 # a running or parked task held a provider slot: give it back
                 await engine.admission.release_slots(
-                    engine.admission.permit_for(task.id, task.kind, task.tenant,
-                                                task.cost_estimated)
+                    engine.admission.permit_for(
+                        task.id, task.kind, task.tenant, task.cost_estimated
+                    )
                 )
             count += applied[0].applied
         return count

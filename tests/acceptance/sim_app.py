@@ -27,8 +27,9 @@ def build(database: str | None = None, sim_url: str | None = None) -> Floodway:
 
     @fw.kind("img", idempotent=True, lookup=lookup)
     async def generate(ctx: Context, value: dict[str, Any]) -> Any:
-        r = await http().post("/generate", json=value,
-                              headers={"Idempotency-Key": ctx.idempotency_key})
+        r = await http().post(
+            "/generate", json=value, headers={"Idempotency-Key": ctx.idempotency_key}
+        )
         if r.status_code == 429 or r.status_code >= 500 or r.status_code == 409:
             raise RetryableError(f"HTTP {r.status_code}", throttled=r.status_code == 429)
         if r.status_code >= 400:

@@ -19,12 +19,28 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_worker(db_url: str, sim_url: str, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "FLOODWAY_DATABASE": db_url, "SIM_URL": sim_url,
-           "FLOODWAY_WORKER__LEASE": "2s", "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "FLOODWAY_DATABASE": db_url,
+        "SIM_URL": sim_url,
+        "FLOODWAY_WORKER__LEASE": "2s",
+        "PYTHONPATH": str(ROOT),
+    }
     return subprocess.Popen(
-        [sys.executable, "-m", "floodway.cli", "worker", "--app", "tests.acceptance.sim_app:fw",
-         "--concurrency", "10"],
-        env=env, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "floodway.cli",
+            "worker",
+            "--app",
+            "tests.acceptance.sim_app:fw",
+            "--concurrency",
+            "10",
+        ],
+        env=env,
+        cwd=ROOT,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
     )
 
 
@@ -55,6 +71,7 @@ async def test_sigkill_mid_batch_loses_nothing_and_charges_once(tmp_path: Path) 
             assert charged_at_kill < 200, "the batch finished before the kill"
             second = start_worker(db_url, sim.url, tmp_path / "worker2.log")
             try:
+
                 async def all_terminal() -> bool:
                     return all([(await fw.get(t.id)).terminal for t in tasks])
 

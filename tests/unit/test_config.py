@@ -17,7 +17,9 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_full_example_loads(tmp_path: Path) -> None:
-    path = write(tmp_path, '''
+    path = write(
+        tmp_path,
+        """
 database = "sqlite:///x.db"
 [api]
 keys = { "key-a" = "tenant-a" }
@@ -36,7 +38,8 @@ resource = "image-api"
 url = "http://127.0.0.1:9000/generate"
 timeout = "60s"
 deadline = "15m"
-''')
+""",
+    )
     s = load_settings(path)
     assert s.resources["image-api"].concurrency == 10
     assert s.kinds["image"].timeout == 60 and s.kinds["image"].deadline == 900

@@ -18,9 +18,17 @@ NOW = 1_000.0
 
 
 def running(**kw: object) -> Task:
-    base: dict[str, object] = dict(id="t_1", kind="k", status=Status.RUNNING,
-                                   lane=Lane.BACKGROUND, tenant="a", input={}, attempts=1,
-                                   max_attempts=4, lease_token="tok")
+    base: dict[str, object] = dict(
+        id="t_1",
+        kind="k",
+        status=Status.RUNNING,
+        lane=Lane.BACKGROUND,
+        tenant="a",
+        input={},
+        attempts=1,
+        max_attempts=4,
+        lease_token="tok",
+    )
     base.update(kw)
     return Task(**base)  # type: ignore[arg-type]
 
@@ -39,8 +47,11 @@ def test_full_jitter_spreads_over_the_whole_window() -> None:
 
 
 def test_retry_after_wins_over_backoff() -> None:
-    c = RetryPolicy().decide(running(), Failed(
-        ErrorInfo(ErrorClass.RETRYABLE, "http_503", "busy"), retry_after=42.0), NOW)
+    c = RetryPolicy().decide(
+        running(),
+        Failed(ErrorInfo(ErrorClass.RETRYABLE, "http_503", "busy"), retry_after=42.0),
+        NOW,
+    )
     assert c.to is Status.RETRYING and c.next_attempt_at == NOW + 42.0
 
 
@@ -54,22 +65,27 @@ def test_fatal_is_never_retried() -> None:
 
 def test_exhausted_goes_dead() -> None:
     policy = RetryPolicy()
-    c = policy.decide(running(attempts=4, max_attempts=4),
-                      policy.classify(RetryableError("503")), NOW)
+    c = policy.decide(
+        running(attempts=4, max_attempts=4), policy.classify(RetryableError("503")), NOW
+    )
     assert c.to is Status.DEAD and c.error is not None and c.error.cls is ErrorClass.EXHAUSTED
 
 
 def test_throttle_does_not_spend_the_retry_budget() -> None:
     policy = RetryPolicy()
-    c = policy.decide(running(attempts=4, max_attempts=4),
-                      policy.classify(RetryableError("429", retry_after=3, throttled=True)), NOW)
+    c = policy.decide(
+        running(attempts=4, max_attempts=4),
+        policy.classify(RetryableError("429", retry_after=3, throttled=True)),
+        NOW,
+    )
     assert c.to is Status.RETRYING and c.refund_attempt and c.next_attempt_at == NOW + 3
 
 
 def test_retry_past_the_deadline_is_timeout() -> None:
     policy = RetryPolicy()
-    c = policy.decide(running(deadline_at=NOW + 5),
-                      policy.classify(RetryableError("busy", retry_after=10)), NOW)
+    c = policy.decide(
+        running(deadline_at=NOW + 5), policy.classify(RetryableError("busy", retry_after=10)), NOW
+    )
     assert c.to is Status.TIMEOUT
 
 

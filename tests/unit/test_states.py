@@ -10,11 +10,22 @@ from floodway.core.errors import IllegalTransition
 from floodway.core.states import TERMINAL, TRANSITIONS, Status, check_transition, is_legal
 
 LEGAL = {
-    ("queued", "running"), ("queued", "cancelled"), ("queued", "deduped"), ("queued", "timeout"),
-    ("running", "succeeded"), ("running", "retrying"), ("running", "failed"),
-    ("running", "dead"), ("running", "timeout"), ("running", "cancelled"),
-    ("retrying", "running"), ("retrying", "cancelled"), ("retrying", "timeout"),
-    ("failed", "queued"), ("dead", "queued"), ("timeout", "queued"),
+    ("queued", "running"),
+    ("queued", "cancelled"),
+    ("queued", "deduped"),
+    ("queued", "timeout"),
+    ("running", "succeeded"),
+    ("running", "retrying"),
+    ("running", "failed"),
+    ("running", "dead"),
+    ("running", "timeout"),
+    ("running", "cancelled"),
+    ("retrying", "running"),
+    ("retrying", "cancelled"),
+    ("retrying", "timeout"),
+    ("failed", "queued"),
+    ("dead", "queued"),
+    ("timeout", "queued"),
 }
 
 
@@ -29,7 +40,8 @@ def test_every_legal_edge_passes(frm: str, to: str) -> None:
 
 
 ILLEGAL = sorted(
-    (a.value, b.value) for a, b in itertools.product(Status, Status)
+    (a.value, b.value)
+    for a, b in itertools.product(Status, Status)
     if (a.value, b.value) not in LEGAL
 )
 
