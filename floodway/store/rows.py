@@ -6,8 +6,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from floodway.core.states import Status
+from floodway.core.outcome import Completion
+from floodway.core.states import TERMINAL, Status
 from floodway.core.task import ErrorInfo, Lane, NewTask, Task
+from floodway.store.base import Candidate, ClaimParams
 
 
 def dumps(value: Any) -> str | None:
@@ -78,4 +80,47 @@ def insert_params(task_id: str, new: NewTask, now: float) -> dict[str, Any]:
         "metadata": dumps(new.metadata or {}),
         "callback_url": new.callback_url,
         "batch_id": new.batch_id,
+    }
+
+
+def candidate_from_row(row: Mapping[str, Any]) -> Candidate:
+    return Candidate(
+        row["id"],
+        row["kind"],
+        row["tenant"],
+        Lane(row["lane"]),
+        row["cost_estimated"],
+        row["seq"],
+        row["created_at"],
+        row["deadline_at"],
+    )
+
+
+def claim_args(params: ClaimParams) -> dict[str, Any]:
+    """The lease half of a claim's parameters; the caller adds kinds/limit or ids in the
+    shape its driver binds lists."""
+    return {
+        "owner": params.owner,
+        "token": params.token,
+        "expires_at": params.now + params.lease_s,
+        "now": params.now,
+    }
+
+
+def completion_params(item: Completion, now: float) -> dict[str, Any]:
+    """Parameters of the ``complete`` compare-and-set, identical for every backend."""
+    return {
+        "id": item.task_id,
+        "expected": item.expected.value,
+        "token": item.lease_token,
+        "to": item.to.value,
+        "result": dumps(item.result),
+        "error": dumps(item.error.to_json()) if item.error else None,
+        "next_attempt_at": item.next_attempt_at,
+        "refund": 1 if item.refund_attempt else 0,
+        "invalid": 1 if item.invalid_output else 0,
+        "cost_actual": item.cost_actual,
+        "terminal": item.to in TERMINAL,
+        "now": now,
+        "parked": item.parked,
     }

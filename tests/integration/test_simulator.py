@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request, Response
 from pydantic import ValidationError
 
 from floodway.providers.sim.window import RateWindow
-from floodway.providers.simulator import (
+from floodway.providers.sim import (
     RunningSimulator,
     SimulatorConfig,
     running_simulator,

@@ -27,7 +27,12 @@ from floodway.core.states import TERMINAL, Status, check_transition
 from floodway.core.task import ErrorClass, ErrorInfo, Lane, NewTask, Submitted, Task, new_id
 from floodway.store.base import TaskChange
 from floodway.store.postgres.sql import MIGRATIONS, Conn, Q, many, one, run
-from floodway.store.rows import dumps, insert_params, task_from_row
+from floodway.store.rows import (
+    completion_params,
+    dumps,
+    insert_params,
+    task_from_row,
+)
 
 KeyState = Literal["reserved", "expired"]
 
@@ -239,21 +244,7 @@ async def complete_one(
     row = await one(
         conn,
         "complete",
-        {
-            "id": item.task_id,
-            "expected": item.expected.value,
-            "token": item.lease_token,
-            "to": item.to.value,
-            "result": dumps(item.result),
-            "error": dumps(item.error.to_json()) if item.error else None,
-            "next_attempt_at": item.next_attempt_at,
-            "refund": 1 if item.refund_attempt else 0,
-            "invalid": 1 if item.invalid_output else 0,
-            "cost_actual": item.cost_actual,
-            "terminal": item.to in TERMINAL,
-            "now": now,
-            "parked": item.parked,
-        },
+        completion_params(item, now),
     )
     if row is None:
         current = await one(conn, "status_of", {"id": item.task_id})

@@ -27,7 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 from floodway.core.errors import IllegalTransition, StoreError
 from floodway.core.outcome import Applied, Completion
 from floodway.core.states import CLAIMABLE, Status, check_transition
-from floodway.core.task import Lane, NewTask, Submitted, Task
+from floodway.core.task import NewTask, Submitted, Task
 from floodway.store.base import (
     Candidate,
     ChangeListener,
@@ -44,7 +44,7 @@ from floodway.store.base import (
 from floodway.store.postgres import ledger
 from floodway.store.postgres.listen import ChangeFeed
 from floodway.store.postgres.sql import Conn, Q, many, one, run
-from floodway.store.rows import task_from_row
+from floodway.store.rows import candidate_from_row, claim_args, task_from_row
 
 T = TypeVar("T")
 Pool = AsyncConnectionPool[Conn]
@@ -268,27 +268,10 @@ class PostgresStore:
     async def ready(self, query: ReadyQuery) -> list[Candidate]:
         params = {"kinds": list(query.kinds), "now": query.now, "limit": query.limit}
         rows = await self._read(lambda c: many(c, "ready", params))
-        return [
-            Candidate(
-                r["id"],
-                r["kind"],
-                r["tenant"],
-                Lane(r["lane"]),
-                r["cost_estimated"],
-                r["seq"],
-                r["created_at"],
-                r["deadline_at"],
-            )
-            for r in rows
-        ]
+        return [candidate_from_row(r) for r in rows]
 
     async def claim(self, params: ClaimParams) -> list[Task]:
-        args: dict[str, Any] = {
-            "owner": params.owner,
-            "token": params.token,
-            "expires_at": params.now + params.lease_s,
-            "now": params.now,
-        }
+        args = claim_args(params)
         if params.ids is None:
             name = "claim_next"
             args.update(kinds=list(params.kinds), limit=params.limit)

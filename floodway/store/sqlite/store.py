@@ -36,7 +36,14 @@ from floodway.store.base import (
     TaskQuery,
 )
 from floodway.store.queries import load_migrations, load_queries
-from floodway.store.rows import dumps, insert_params, task_from_row
+from floodway.store.rows import (
+    candidate_from_row,
+    claim_args,
+    completion_params,
+    dumps,
+    insert_params,
+    task_from_row,
+)
 from floodway.store.sqlite.threads import ConnectionThread
 
 T = TypeVar("T")
@@ -211,27 +218,10 @@ class SqliteStore:
     async def ready(self, query: ReadyQuery) -> list[Candidate]:
         params = {"kinds": json.dumps(query.kinds), "now": query.now, "limit": query.limit}
         rows = await self._read(lambda c: c.execute(Q["ready"], params).fetchall())
-        return [
-            Candidate(
-                r["id"],
-                r["kind"],
-                r["tenant"],
-                Lane(r["lane"]),
-                r["cost_estimated"],
-                r["seq"],
-                r["created_at"],
-                r["deadline_at"],
-            )
-            for r in rows
-        ]
+        return [candidate_from_row(r) for r in rows]
 
     async def claim(self, params: ClaimParams) -> list[Task]:
-        args: dict[str, Any] = {
-            "owner": params.owner,
-            "token": params.token,
-            "expires_at": params.now + params.lease_s,
-            "now": params.now,
-        }
+        args = claim_args(params)
         if params.ids is None:
             sql = Q["claim_next"]
             args.update(kinds=json.dumps(params.kinds), limit=params.limit)
@@ -562,21 +552,7 @@ def _complete_one(
 ) -> Applied:
     row = c.execute(
         Q["complete"],
-        {
-            "id": item.task_id,
-            "expected": item.expected.value,
-            "token": item.lease_token,
-            "to": item.to.value,
-            "result": dumps(item.result),
-            "error": dumps(item.error.to_json()) if item.error else None,
-            "next_attempt_at": item.next_attempt_at,
-            "refund": 1 if item.refund_attempt else 0,
-            "invalid": 1 if item.invalid_output else 0,
-            "cost_actual": item.cost_actual,
-            "terminal": item.to in TERMINAL,
-            "now": now,
-            "parked": 1 if item.parked else 0,
-        },
+        completion_params(item, now),
     ).fetchone()
     if row is None:
         current = c.execute(Q["status_of"], {"id": item.task_id}).fetchone()
