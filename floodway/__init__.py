@@ -1,6 +1,7 @@
 """floodway: a durable scheduler for calls to slow, rate-limited, billed AI providers."""
 
 from floodway.app import Floodway
+from floodway.client import Client
 from floodway.config import Settings, load_settings
 from floodway.context import Context
 from floodway.core.errors import (
@@ -25,6 +26,7 @@ from floodway.core.task import ErrorClass, ErrorInfo, Lane, Task
 __version__ = "0.1.0"
 
 __all__ = [
+    "Client",
     "AdmissionRefused",
     "ConfigError",
     "Context",

@@ -29,7 +29,7 @@ from floodway.core.outcome import Completion
 from floodway.core.task import ErrorClass
 from floodway.maintenance.loop import Retainer
 from floodway.maintenance.sweeper import Sweeper
-from floodway.providers.sim.server import serve_app
+from floodway.serving import serve_app
 from floodway.store.base import ClaimParams
 from floodway.testing import FakeClock, SimulatedProvider, settle
 

@@ -22,10 +22,10 @@ from floodway.providers.sim.server import (
     RunningSimulator,
     run_simulator_blocking,
     running_simulator,
-    serve_app,
 )
 from floodway.providers.sim.state import SimulatorState
 from floodway.providers.sim.webhooks import sign_webhook
+from floodway.serving import serve_app
 
 __all__ = [
     "RunningSimulator",

@@ -1,0 +1,100 @@
+"""The HTTP API's app factory (DESIGN section 2, "HTTP API")."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+import floodway
+from floodway.api.guard import GuardMiddleware
+from floodway.api.openapi import install_openapi
+from floodway.api.outbox import Outbox, OutboxOptions
+from floodway.api.problems import install_problem_handlers
+from floodway.api.routes import batches, events, ops, tasks, webhooks
+from floodway.api.state import ApiState
+from floodway.app import Floodway
+from floodway.limits.factory import build_backend
+from floodway.limits.submit_rate import SubmitRateLimiter
+
+DESCRIPTION = """A durable scheduler for calls to rate-limited, billed AI providers.
+
+Errors are RFC 9457 `application/problem+json`. Authenticate with `Authorization: Bearer <key>`
+or `X-API-Key: <key>` when `[api] keys` is configured; every task is scoped to the key's tenant.
+"""
+
+
+def create_app(
+    fw: Floodway,
+    *,
+    run_workers: bool = False,
+    concurrency: int | None = None,
+    deliver_webhooks: bool | None = None,
+    outbox_options: OutboxOptions | None = None,
+    sse_recheck_s: float = 3.0,
+) -> FastAPI:
+    """The API over ``fw``. Its lifespan opens ``fw`` (and closes it if it opened it).
+
+    ``run_workers``: also run ``fw.worker(concurrency)`` (workers and maintenance) for the
+    app's lifetime, as ``floodway serve`` does. ``deliver_webhooks`` (default: same as
+    ``run_workers``) runs the outbound webhook outbox.
+    """
+    state = ApiState(fw=fw, sse_recheck_s=sse_recheck_s)
+    deliver = run_workers if deliver_webhooks is None else deliver_webhooks
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        opened_here = not _is_open(fw)
+        await fw.open()
+        try:
+            async with AsyncExitStack() as stack:
+                if fw.settings.tenants.submit_rate:
+                    backend = build_backend(fw.settings, fw.clock)
+                    stack.push_async_callback(backend.aclose)
+                    state.submit_rate = SubmitRateLimiter(fw.settings.tenants, backend)
+                if run_workers:
+                    await stack.enter_async_context(fw.worker(concurrency))
+                if deliver:
+                    outbox = Outbox(
+                        fw,
+                        outbox_options,
+                        on_result=lambda r: state.metrics.webhooks_out.labels(r).inc(),
+                    )
+                    await stack.enter_async_context(outbox)
+                yield
+        finally:
+            state.submit_rate = None
+            if opened_here:
+                await fw.close()
+
+    app = FastAPI(
+        title="floodway",
+        version=floodway.__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.api = state
+    install_problem_handlers(app)
+    for module in (tasks, events, batches, webhooks, ops):
+        app.include_router(module.router)
+    if ops.DASHBOARD.parent.is_dir():  # the dashboard's own scripts and styles, if it has any
+        app.mount("/static", StaticFiles(directory=ops.DASHBOARD.parent), name="static")
+    limits = fw.settings.api
+    app.add_middleware(
+        GuardMiddleware,
+        max_body_bytes=limits.max_body_bytes,
+        max_json_depth=limits.max_json_depth,
+        on_response=lambda code: state.metrics.responses.labels(str(code)).inc(),
+    )
+    install_openapi(app, kinds=fw.kinds.names)
+    return app
+
+
+def _is_open(fw: Floodway) -> bool:
+    try:
+        fw.engine  # noqa: B018 - the property raises when not open
+    except RuntimeError:
+        return False
+    return True

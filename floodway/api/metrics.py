@@ -1,0 +1,145 @@
+"""Prometheus metrics, on a registry owned by one app (never the process-global default, so two
+apps in one process, as in tests, do not collide)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from floodway.api.stats import Observed, Window
+from floodway.engine import Engine
+from floodway.store.base import StoreStats
+
+_SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+class _Snapshot(Collector):
+    """Gauges read at scrape time (task counts, limiter state), filled in just before."""
+
+    def __init__(self) -> None:
+        self.by_status: dict[str, int] = {}
+        self.resources: dict[str, dict[str, Any]] = {}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        tasks = GaugeMetricFamily(
+            "floodway_tasks", "Tasks in the ledger by status", labels=["status"]
+        )
+        for status, count in sorted(self.by_status.items()):
+            tasks.add_metric([status], count)
+        yield tasks
+        fields = {
+            "in_flight": "Requests in flight to the resource",
+            "concurrency": "Current concurrency cap of the resource (0 = none)",
+            "rate_factor": "Adaptive rate factor of the resource (1 = full configured rate)",
+            "paused_for": "Seconds until the resource admits again after a 429 pause",
+            "throttles": "429 answers this process has seen from the resource",
+        }
+        for field, doc in fields.items():
+            family = GaugeMetricFamily(f"floodway_resource_{field}", doc, labels=["resource"])
+            for name, snap in sorted(self.resources.items()):
+                value = snap.get(field)
+                if isinstance(value, int | float):
+                    family.add_metric([name], float(value))
+            yield family
+
+
+class ApiMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.responses = Counter(
+            "floodway_api_responses",
+            "HTTP responses of the API by status code",
+            ["code"],
+            registry=self.registry,
+        )
+        self.webhooks_in = Counter(
+            "floodway_webhooks_in",
+            "Inbound provider callbacks by result",
+            ["result"],
+            registry=self.registry,
+        )
+        self.webhooks_out = Counter(
+            "floodway_webhooks_out",
+            "Outbound task callbacks by result",
+            ["result"],
+            registry=self.registry,
+        )
+        self.completion = Histogram(
+            "floodway_task_completion_seconds",
+            "Submit to success, for tasks that succeeded",
+            ["kind"],
+            buckets=_SECONDS,
+            registry=self.registry,
+        )
+        self.queue_wait = Histogram(
+            "floodway_task_queue_wait_seconds",
+            "Submit to first start",
+            ["kind"],
+            buckets=_SECONDS,
+            registry=self.registry,
+        )
+        self.finished = Counter(
+            "floodway_tasks_finished",
+            "Tasks that reached a terminal status, by status and error type",
+            ["status", "error_type"],
+            registry=self.registry,
+        )
+        self._snapshot = _Snapshot()
+        self.registry.register(self._snapshot)
+        self._observed = Observed()
+
+    def observe_window(self, window: Window) -> None:
+        for task in self._observed.new_finished(window.tasks):
+            self.finished.labels(task.status.value, task.error.type if task.error else "").inc()
+            if task.finished_at is not None and task.status.value == "succeeded":
+                self.completion.labels(task.kind).observe(
+                    max(0.0, task.finished_at - task.created_at)
+                )
+            if task.started_at is not None:
+                self.queue_wait.labels(task.kind).observe(
+                    max(0.0, task.started_at - task.created_at)
+                )
+
+    def render(
+        self, stats: StoreStats, resources: Mapping[str, dict[str, Any]], window: Window
+    ) -> bytes:
+        self._snapshot.by_status = dict(stats.by_status)
+        self._snapshot.resources = dict(resources)
+        self.observe_window(window)
+        return generate_latest(self.registry)
+
+
+async def resource_snapshot(engine: Engine) -> dict[str, dict[str, Any]]:
+    """The limiter's per-resource state, when the admission in use can report one."""
+    snapshot = getattr(engine.admission, "snapshot", None)
+    if snapshot is None:
+        return {}
+    value = snapshot()
+    if inspect.isawaitable(value):
+        value = await value
+    out: dict[str, dict[str, Any]] = {}
+    for name, snap in dict(value).items():
+        if dataclasses.is_dataclass(snap) and not isinstance(snap, type):
+            out[str(name)] = _finite(dataclasses.asdict(snap))
+        elif isinstance(snap, Mapping):
+            out[str(name)] = _finite(dict(snap))
+    return out
+
+
+def _finite(data: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no infinity (an unbounded wait, say): report it as null rather than fail."""
+    clean: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            value = _finite(value)
+        elif isinstance(value, float) and not math.isfinite(value):
+            value = None
+        clean[key] = value
+    return clean

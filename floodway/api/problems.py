@@ -1,0 +1,284 @@
+"""RFC 9457 problem details: the one shape of every error the API answers.
+
+Every error, from an unknown route to a refused admission, leaves as
+``application/problem+json`` with ``type``, ``title``, ``status``, ``detail`` and, where it
+helps a program decide what to do, extra members (``limit``, ``retry_after``, ``task_id``...).
+``type`` is ``urn:floodway:problem:<slug>``: stable names clients can switch on without
+pretending to be a resolvable documentation URL.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import Scope
+
+from floodway.core.errors import (
+    AdmissionRefused,
+    ConfigError,
+    FloodwayError,
+    IdempotencyConflict,
+    IllegalTransition,
+    InvalidInput,
+    StoreError,
+    TaskNotFound,
+    UnknownKind,
+)
+
+log = logging.getLogger("floodway.api")
+
+PROBLEM_JSON = "application/problem+json"
+TYPE_PREFIX = "urn:floodway:problem:"
+
+#: slugs for plain HTTP statuses (routing, methods, framework-raised errors)
+_HTTP_SLUGS = {
+    400: "bad-request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not-found",
+    405: "method-not-allowed",
+    406: "not-acceptable",
+    409: "conflict",
+    413: "body-too-large",
+    415: "unsupported-media-type",
+    422: "validation-error",
+    429: "too-many-requests",
+    500: "internal-error",
+    503: "unavailable",
+}
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document; extension members vary by ``type``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(description="urn:floodway:problem:<slug>, stable for programs")
+    title: str
+    status: int
+    detail: str = ""
+    instance: str | None = None
+
+
+class ApiProblem(Exception):
+    """Raised by routes and dependencies for errors that are not floodway domain errors."""
+
+    def __init__(
+        self,
+        status: int,
+        slug: str,
+        detail: str,
+        *,
+        title: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(detail)
+        self.status, self.slug, self.detail = status, slug, detail
+        self.title = title or _phrase(status)
+        self.headers = dict(headers or {})
+        self.extra = extra
+
+
+class ProblemResponse(JSONResponse):
+    media_type = PROBLEM_JSON
+
+    def render(self, content: Any) -> bytes:
+        # ASCII escapes: a problem may quote what the caller sent, which may not be valid
+        # Unicode (a lone surrogate), and an error about bad input must never fail itself.
+        return json.dumps(
+            content, ensure_ascii=True, allow_nan=False, separators=(",", ":")
+        ).encode()
+
+
+def problem_response(
+    status: int,
+    slug: str,
+    detail: str,
+    *,
+    title: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    instance: str | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": TYPE_PREFIX + slug,
+        "title": title or _phrase(status),
+        "status": status,
+        "detail": detail,
+    }
+    if instance is not None:
+        body["instance"] = instance
+    body.update(extra)
+    return ProblemResponse(body, status_code=status, headers=dict(headers or {}))
+
+
+def problem_bytes(status: int, slug: str, detail: str, **extra: Any) -> bytes:
+    """The body of a problem, for middleware that answers before any route runs."""
+    response = problem_response(status, slug, detail, **extra)
+    return bytes(response.body)
+
+
+def retry_after_header(seconds: float) -> str:
+    """``Retry-After`` is whole seconds (RFC 9110); round up so a client never comes early."""
+    return str(max(1, math.ceil(seconds)))
+
+
+def from_floodway_error(exc: FloodwayError, instance: str | None = None) -> JSONResponse:
+    """Map the floodway error tree to statuses (see the README's API section)."""
+    if isinstance(exc, TaskNotFound):
+        return problem_response(
+            404, "task-not-found", str(exc), instance=instance, task_id=exc.task_id
+        )
+    if isinstance(exc, UnknownKind):
+        return problem_response(422, "unknown-kind", str(exc), instance=instance, kind=exc.kind)
+    if isinstance(exc, InvalidInput):
+        return problem_response(422, "invalid-input", str(exc), instance=instance)
+    if isinstance(exc, IdempotencyConflict):
+        return problem_response(
+            409,
+            "idempotency-conflict",
+            str(exc),
+            instance=instance,
+            key=exc.key,
+            task_id=exc.task_id,
+        )
+    if isinstance(exc, IllegalTransition):
+        return problem_response(
+            409,
+            "illegal-transition",
+            str(exc),
+            instance=instance,
+            from_status=str(exc.frm),
+            to_status=str(exc.to),
+        )
+    if isinstance(exc, AdmissionRefused):
+        return problem_response(
+            429,
+            "admission-refused",
+            str(exc),
+            title="Too Many Requests",
+            instance=instance,
+            headers={"Retry-After": retry_after_header(exc.retry_after)},
+            limit=exc.limit,
+            retry_after=exc.retry_after,
+        )
+    if isinstance(exc, StoreError):
+        log.error("store error: %s", exc)
+        return problem_response(
+            503,
+            "store-unavailable",
+            "the task ledger is unavailable; try again shortly",
+            instance=instance,
+            headers={"Retry-After": "1"},
+        )
+    if isinstance(exc, ConfigError):
+        log.error("configuration error while serving: %s", exc)
+    else:
+        log.error("unmapped floodway error: %r", exc)
+    return problem_response(500, "internal-error", "internal error", instance=instance)
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Every error the framework or floodway raises inside a route becomes a problem."""
+
+    async def on_api_problem(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiProblem)
+        return problem_response(
+            exc.status,
+            exc.slug,
+            exc.detail,
+            title=exc.title,
+            headers=exc.headers,
+            instance=request.url.path,
+            **exc.extra,
+        )
+
+    async def on_floodway(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, FloodwayError)
+        return from_floodway_error(exc, instance=request.url.path)
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        status = exc.status_code
+        detail = exc.detail if isinstance(exc.detail, str) else _phrase(status)
+        if status == 404 and detail == "Not Found":
+            detail = f"no route {request.method} {request.url.path}"
+        headers = dict(exc.headers or {})
+        if status == 405:
+            if detail == "Method Not Allowed":
+                detail = f"{request.method} is not allowed on {request.url.path}"
+            # Starlette names the methods of the first route on the path only; a path served
+            # by several routes (GET and POST /v1/tasks) must list them all.
+            allowed = allowed_methods(app, request.scope)
+            if allowed:
+                headers["Allow"] = ", ".join(allowed)
+        return problem_response(
+            status,
+            _HTTP_SLUGS.get(status, "http-error"),
+            detail,
+            headers=headers,
+            instance=request.url.path,
+        )
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        errors = [_clean_error(e) for e in exc.errors()]
+        if any(e["type"] == "json_invalid" for e in errors):
+            return problem_response(
+                400,
+                "malformed-json",
+                "the request body is not valid JSON",
+                instance=request.url.path,
+                errors=errors,
+            )
+        first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+        where = ".".join(str(p) for p in first["loc"])
+        detail = f"{where}: {first['msg']}" if where else str(first["msg"])
+        return problem_response(
+            422, "validation-error", detail, instance=request.url.path, errors=errors
+        )
+
+    app.add_exception_handler(ApiProblem, on_api_problem)
+    app.add_exception_handler(FloodwayError, on_floodway)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(RequestValidationError, on_validation)
+
+
+def allowed_methods(app: FastAPI, scope: Scope) -> list[str]:
+    """The methods some route serves on this path, asked of the router itself (routers may
+    nest, so walking routes by hand would miss some)."""
+    allowed = []
+    for method in _METHODS:
+        probe = {**scope, "method": method}
+        if any(route.matches(probe)[0] is Match.FULL for route in app.router.routes):
+            allowed.append(method)
+    return allowed
+
+
+def _clean_error(error: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep only what is JSON and safe to echo: pydantic's ``input``/``ctx`` can hold any
+    object (and the caller's own data), which must never turn a 422 into a 500."""
+    loc = [p if isinstance(p, int | str) else str(p) for p in error.get("loc", ())]
+    return {"loc": loc, "msg": str(error.get("msg", "")), "type": str(error.get("type", ""))}
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"

@@ -1,0 +1,101 @@
+"""``/v1/batches``: many tasks in one transaction, and their progress."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header
+from fastapi.responses import JSONResponse
+
+from floodway.api.auth import Tenant
+from floodway.api.openapi import problems
+from floodway.api.problems import ApiProblem
+from floodway.api.schemas import BatchIn, BatchOut, BatchStatus
+from floodway.api.state import ApiState, api_state
+from floodway.api.submission import admit_submit, options, precheck
+from floodway.core.states import TERMINAL, Status
+from floodway.core.task import new_id
+from floodway.store.base import TaskQuery
+
+router = APIRouter(prefix="/v1/batches", tags=["batches"])
+
+State = Annotated[ApiState, Depends(api_state)]
+_PAGE = 1000
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=BatchOut,
+    summary="Submit many tasks at once",
+    responses={
+        200: {"model": BatchOut, "description": "Idempotency-Key replay: the same batch"},
+        **problems(401, 409, 422, 429),
+    },
+)
+async def submit_batch(
+    body: BatchIn,
+    tenant: Tenant,
+    state: State,
+    key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            min_length=1,
+            max_length=200,
+            description="Replaying the same batch with this key returns the same tasks",
+        ),
+    ] = None,
+) -> JSONResponse:
+    """All tasks land in one transaction, or none do. One batch is one request for the
+    tenant's submit rate. With an Idempotency-Key, item ``i`` gets the key ``<key>:<i>``."""
+    fw = state.fw
+    for item in body.tasks:
+        precheck(fw, item)
+    now = fw.clock.now()
+    batch_id = new_id(now, prefix="b")
+    news = [
+        fw.engine.new_task(
+            item.kind,
+            item.input,
+            batch_id=batch_id,
+            **options(item, tenant, None if key is None else f"{key}:{i}"),
+        )
+        for i, item in enumerate(body.tasks)
+    ]
+    await admit_submit(state, tenant)
+    submitted = await fw.store.submit(news, now)
+    reused = all(s.reused for s in submitted)
+    if reused:
+        batch_id = submitted[0].task.batch_id or batch_id
+    out = BatchOut(id=batch_id, task_ids=[s.task.id for s in submitted], reused=reused)
+    return JSONResponse(out.model_dump(mode="json"), status_code=200 if reused else 202)
+
+
+@router.get(
+    "/{batch_id}",
+    response_model=BatchStatus,
+    summary="Counts per status of a batch",
+    responses=problems(401, 404),
+)
+async def batch_status(batch_id: str, tenant: Tenant, state: State) -> BatchStatus:
+    counts = {s.value: 0 for s in Status}
+    total = 0
+    after = 0
+    if len(batch_id) <= 64:
+        while True:
+            page = await state.fw.list(
+                TaskQuery(tenant=tenant, batch_id=batch_id, after_seq=after, limit=_PAGE)
+            )
+            for task in page:
+                counts[task.status.value] += 1
+            total += len(page)
+            if len(page) < _PAGE:
+                break
+            after = page[-1].seq
+    if total == 0:
+        raise ApiProblem(
+            404, "batch-not-found", f"no batch {batch_id[:64]!r}", batch_id=batch_id[:64]
+        )
+    done = sum(counts[s.value] for s in TERMINAL) == total
+    return BatchStatus(id=batch_id, total=total, counts=counts, done=done)

@@ -1,0 +1,133 @@
+"""``/v1/tasks``: submit, read, list, cancel, retry (DESIGN section 2)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query
+from fastapi.responses import JSONResponse
+
+from floodway.api.auth import Tenant
+from floodway.api.openapi import problems
+from floodway.api.schemas import SubmitIn, SubmitOut, TaskOut, TaskPage, task_json, task_out
+from floodway.api.state import ApiState, api_state
+from floodway.api.submission import admit_submit, options, precheck
+from floodway.core.errors import InvalidInput, TaskNotFound
+from floodway.core.states import Status
+from floodway.core.task import Lane
+from floodway.store.base import TaskQuery
+
+router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
+
+State = Annotated[ApiState, Depends(api_state)]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        description="The same key again (same tenant, within its TTL) returns the same task",
+    ),
+]
+
+_TASK_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_CURSOR_PREFIX = "c1-"
+# 15 hex digits stay below 2**60, inside SQL's INTEGER; the pattern is also the documented
+# schema of ``after``, so every value it admits is a cursor we can read.
+_CURSOR_PATTERN = r"^c1-[0-9a-f]{1,15}$"
+_CURSOR = re.compile(_CURSOR_PATTERN)
+
+
+def checked_id(task_id: str) -> str:
+    """An id that cannot exist is simply not found (never a 422 or a database error)."""
+    if not _TASK_ID.fullmatch(task_id):
+        raise TaskNotFound(task_id[:64])
+    return task_id
+
+
+def encode_cursor(seq: int) -> str:
+    """``next``: opaque to clients (its format may change), versioned for us."""
+    return f"{_CURSOR_PREFIX}{seq:x}"
+
+
+def decode_cursor(cursor: str) -> int:
+    if not _CURSOR.fullmatch(cursor):
+        raise InvalidInput("after: not a cursor this API returned (use the 'next' of a page)")
+    return int(cursor.removeprefix(_CURSOR_PREFIX), 16)
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=SubmitOut,
+    summary="Submit a task",
+    responses={
+        200: {"model": SubmitOut, "description": "Idempotency-Key replay: the same task"},
+        **problems(401, 409, 422, 429),
+    },
+)
+async def submit(
+    body: SubmitIn, tenant: Tenant, state: State, key: IdempotencyKey = None
+) -> JSONResponse:
+    """Queue a task and answer at once (202); never waits on the provider."""
+    fw = state.fw
+    precheck(fw, body)
+    await admit_submit(state, tenant)
+    submitted = await fw.submit_ex(body.kind, body.input, **options(body, tenant, key))
+    return JSONResponse(
+        task_json(submitted.task, reused=submitted.reused),
+        status_code=200 if submitted.reused else 202,
+    )
+
+
+@router.get("", response_model=TaskPage, summary="List tasks", responses=problems(401, 422))
+async def list_tasks(
+    tenant: Tenant,
+    state: State,
+    status: Status | None = None,
+    kind: Annotated[str | None, Query(max_length=200)] = None,
+    lane: Lane | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    after: Annotated[
+        str | None, Query(pattern=_CURSOR_PATTERN, description="a page's `next` cursor")
+    ] = None,
+) -> TaskPage:
+    """The caller's tasks, oldest first, one page at a time (keyset pagination)."""
+    after_seq = decode_cursor(after) if after else None
+    query = TaskQuery(
+        tenant=tenant, status=status, kind=kind, lane=lane, after_seq=after_seq, limit=limit + 1
+    )
+    found = await state.fw.list(query)
+    page = found[:limit]
+    more = len(found) > limit
+    return TaskPage(
+        items=[task_out(t) for t in page],
+        next=encode_cursor(page[-1].seq) if more and page else None,
+    )
+
+
+@router.get(
+    "/{task_id}", response_model=TaskOut, summary="Get a task", responses=problems(401, 404)
+)
+async def get_task(task_id: str, tenant: Tenant, state: State) -> TaskOut:
+    return task_out(await state.fw.get(checked_id(task_id), tenant=tenant))
+
+
+@router.delete(
+    "/{task_id}", response_model=TaskOut, summary="Cancel a task", responses=problems(401, 404, 409)
+)
+async def cancel_task(task_id: str, tenant: Tenant, state: State) -> TaskOut:
+    """Queued or retrying: cancelled at once. Running: the handler gets the abort signal and
+    the task shows ``running`` until it stops. Already terminal: 409."""
+    return task_out(await state.fw.cancel(checked_id(task_id), tenant=tenant))
+
+
+@router.post(
+    "/{task_id}/retry",
+    response_model=TaskOut,
+    summary="Retry a failed, dead or timed-out task",
+    responses=problems(401, 404, 409),
+)
+async def retry_task(task_id: str, tenant: Tenant, state: State) -> TaskOut:
+    return task_out(await state.fw.retry(checked_id(task_id), tenant=tenant))

@@ -1,0 +1,52 @@
+"""Running the API under uvicorn: blocking (the CLI's ``serve`` and ``api``) or as a task of
+the caller's event loop (tests, embedding)."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+
+import uvicorn
+from starlette.types import ASGIApp
+
+from floodway.api.app import create_app
+from floodway.api.auth import check_bind
+from floodway.app import Floodway
+from floodway.serving import GRACEFUL_SHUTDOWN_S, serve_app
+
+
+def uvicorn_config(
+    app: ASGIApp, host: str = "127.0.0.1", port: int = 8000, *, log_level: str = "info"
+) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        lifespan="on",  # the app's lifespan opens the ledger: a failure must stop start-up
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        proxy_headers=False,
+        server_header=False,
+    )
+
+
+def run(
+    fw: Floodway,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    run_workers: bool = True,
+    concurrency: int | None = None,
+    log_level: str = "info",
+) -> None:
+    """Serve until interrupted: ``floodway serve`` (run_workers=True) and ``floodway api``
+    (run_workers=False). Raises ConfigError for an open API on a non-loopback host."""
+    check_bind(host, fw.settings)
+    app = create_app(fw, run_workers=run_workers, concurrency=concurrency)
+    uvicorn.Server(uvicorn_config(app, host, port, log_level=log_level)).run()
+
+
+def serving(
+    app: ASGIApp, host: str = "127.0.0.1", port: int = 0
+) -> AbstractAsyncContextManager[str]:
+    """Serve ``app`` in the running loop; yields its base URL (port 0: any free port)."""
+    return serve_app(app, port, host)

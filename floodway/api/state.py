@@ -1,0 +1,34 @@
+"""Everything one app holds, on ``app.state.api`` (no module globals: two apps in one process
+never share a bucket, a registry or an outbox)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import cast
+
+from fastapi import Request
+
+from floodway.api.metrics import ApiMetrics
+from floodway.api.stats import Recent
+from floodway.app import Floodway
+from floodway.config import Settings
+from floodway.limits.submit_rate import SubmitRateLimiter
+
+
+@dataclass
+class ApiState:
+    fw: Floodway
+    #: set by the lifespan when ``[tenants] submit_rate`` is configured
+    submit_rate: SubmitRateLimiter | None = None
+    metrics: ApiMetrics = field(default_factory=ApiMetrics)
+    recent: Recent = field(default_factory=Recent)
+    #: slow re-check of an event stream, for changes written by other processes
+    sse_recheck_s: float = 3.0
+
+    @property
+    def settings(self) -> Settings:
+        return self.fw.settings
+
+
+def api_state(request: Request) -> ApiState:
+    return cast(ApiState, request.app.state.api)

@@ -1,0 +1,62 @@
+"""Turning a submit body into work: the checks that must refuse bad input with a 4xx before the
+engine sees it, and the options the engine takes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from floodway.api.schemas import SubmitIn
+from floodway.api.state import ApiState
+from floodway.app import Floodway
+from floodway.core.errors import AdmissionRefused, InvalidInput
+from floodway.validation import check_input
+
+
+def precheck(fw: Floodway, item: SubmitIn) -> None:
+    """Raise UnknownKind / InvalidInput for what the engine would otherwise trip over.
+
+    A kind's cost function is user code run on caller input (``len(inp["text"])``): whatever it
+    raises on input it does not expect is the caller's error, not a 500.
+    """
+    spec = fw.engine.kinds.get(item.kind)
+    check_input(item.input)
+    if item.metadata is not None:
+        try:
+            check_input(item.metadata)
+        except InvalidInput as exc:
+            raise InvalidInput(f"metadata: {exc}") from None
+    try:
+        spec.estimate(item.input)
+    except Exception as exc:
+        raise InvalidInput(
+            f"kind {item.kind!r} cannot estimate the cost of this input: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+
+
+async def admit_submit(state: ApiState, tenant: str) -> None:
+    """The tenant's submit rate (S14): one token per submit request (a batch is one request).
+    The bucket lives in the limiter backend, so with Redis every API process shares it."""
+    if state.submit_rate is None:
+        return
+    wait = await state.submit_rate.check(tenant)
+    if wait is not None:
+        raise AdmissionRefused(
+            "submit_rate",
+            f"too fast: tenant {tenant!r} is over its submit rate "
+            f"({state.settings.tenants.submit_rate}); try again in {wait:.1f}s",
+            retry_after=wait,
+        )
+
+
+def options(item: SubmitIn, tenant: str, key: str | None) -> dict[str, Any]:
+    """Keyword arguments of ``Floodway.submit_ex`` / ``Engine.new_task`` for one item."""
+    return {
+        "tenant": tenant,
+        "lane": item.lane.value,
+        "key": key,
+        "max_attempts": item.max_attempts,
+        "deadline_s": item.deadline_s,
+        "metadata": item.metadata,
+        "callback_url": item.callback_url,
+    }

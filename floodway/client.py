@@ -1,0 +1,431 @@
+"""An async client for a floodway server, over httpx.
+
+::
+
+    async with floodway.client.Client("http://127.0.0.1:8000", api_key="key-a") as fw:
+        task = await fw.submit("summarize", {"text": "..."}, lane="interactive", key="doc-42")
+        task = await fw.wait(task.id, timeout=60)
+
+It returns the same :class:`floodway.Task` the library does, and raises the same errors
+(mapped from the server's problem documents): :class:`~floodway.TaskNotFound`,
+:class:`~floodway.AdmissionRefused` (with ``retry_after``), :class:`~floodway.IdempotencyConflict`,
+:class:`~floodway.IllegalTransition`, :class:`~floodway.UnknownKind`,
+:class:`~floodway.InvalidInput`, :class:`~floodway.WaitTimeout`; anything else is an
+:class:`ApiError` carrying the status and the problem.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from floodway.core.errors import (
+    AdmissionRefused,
+    FloodwayError,
+    IdempotencyConflict,
+    IllegalTransition,
+    InvalidInput,
+    TaskNotFound,
+    UnknownKind,
+    WaitTimeout,
+)
+from floodway.core.states import Status
+from floodway.core.task import ErrorClass, ErrorInfo, Lane, Submitted, Task
+from floodway.retry import Backoff
+
+__all__ = ["ApiError", "BatchProgress", "BatchSubmitted", "Client", "Page", "StatusEvent"]
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class ApiError(FloodwayError):
+    """The server answered an error that has no floodway exception of its own."""
+
+    def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
+        self.status = status
+        self.problem = dict(problem)
+        self.type = str(problem.get("type", ""))
+        self.title = str(problem.get("title", ""))
+        self.detail = str(problem.get("detail", ""))
+        super().__init__(f"{status} {self.title}: {self.detail}".rstrip(": "))
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[Task]
+    next: str | None  # pass as ``after=`` for the next page; None on the last one
+
+
+@dataclass(frozen=True)
+class BatchSubmitted:
+    id: str
+    task_ids: list[str]
+    reused: bool = False
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    id: str
+    total: int
+    counts: dict[str, int]
+    done: bool
+
+
+@dataclass(frozen=True)
+class StatusEvent:
+    seq: int
+    task_id: str
+    status: Status
+    at: float | None
+    attempt: int
+    detail: str = ""
+
+
+class Client:
+    """``Client(base_url, api_key=None)``; use as ``async with`` or call :meth:`aclose`."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        backoff: Backoff | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+        )
+        self.backoff = backoff or Backoff(base_s=0.25, cap_s=5.0)
+        self._rng = rng
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- tasks --------------------------------------------------------------------------------
+    async def submit(
+        self,
+        kind: str,
+        input: Mapping[str, Any],
+        *,
+        lane: str = "background",
+        key: str | None = None,
+        max_attempts: int | None = None,
+        deadline_s: float | None = None,
+        callback_url: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Task:
+        """Queue a task; returns at once (the task is usually ``queued``)."""
+        return (
+            await self.submit_ex(
+                kind,
+                input,
+                lane=lane,
+                key=key,
+                max_attempts=max_attempts,
+                deadline_s=deadline_s,
+                callback_url=callback_url,
+                metadata=metadata,
+            )
+        ).task
+
+    async def submit_ex(
+        self,
+        kind: str,
+        input: Mapping[str, Any],
+        *,
+        lane: str = "background",
+        key: str | None = None,
+        max_attempts: int | None = None,
+        deadline_s: float | None = None,
+        callback_url: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Submitted:
+        """Like :meth:`submit`, and says whether ``key`` matched an earlier task."""
+        body = _submit_body(kind, input, lane, max_attempts, deadline_s, callback_url, metadata)
+        headers = {"Idempotency-Key": key} if key is not None else None
+        data = await self._request("POST", "/v1/tasks", json=body, headers=headers)
+        return Submitted(task_from_json(data), reused=bool(data.get("reused")))
+
+    async def get(self, task_id: str) -> Task:
+        return task_from_json(await self._request("GET", f"/v1/tasks/{_seg(task_id)}"))
+
+    async def list(
+        self,
+        *,
+        status: str | None = None,
+        kind: str | None = None,
+        lane: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> Page:
+        params = {"status": status, "kind": kind, "lane": lane, "limit": limit, "after": after}
+        data = await self._request(
+            "GET", "/v1/tasks", params={k: v for k, v in params.items() if v is not None}
+        )
+        return Page([task_from_json(t) for t in data["items"]], data.get("next"))
+
+    async def iter_tasks(
+        self,
+        *,
+        status: str | None = None,
+        kind: str | None = None,
+        lane: str | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[Task]:
+        """Every matching task, page after page."""
+        after: str | None = None
+        while True:
+            page = await self.list(
+                status=status, kind=kind, lane=lane, limit=page_size, after=after
+            )
+            for task in page.items:
+                yield task
+            if page.next is None:
+                return
+            after = page.next
+
+    async def cancel(self, task_id: str) -> Task:
+        return task_from_json(await self._request("DELETE", f"/v1/tasks/{_seg(task_id)}"))
+
+    async def retry(self, task_id: str) -> Task:
+        return task_from_json(await self._request("POST", f"/v1/tasks/{_seg(task_id)}/retry"))
+
+    # -- batches ------------------------------------------------------------------------------
+    async def batch(
+        self,
+        tasks: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        kind: str | None = None,
+        inputs: Sequence[Mapping[str, Any]] | None = None,
+        lane: str = "background",
+        key: str | None = None,
+    ) -> BatchSubmitted:
+        """Submit many tasks in one transaction: ``tasks`` as submit bodies
+        (``{"kind", "input", ...}``), or ``kind=`` with a list of ``inputs``."""
+        if tasks is None:
+            if kind is None or inputs is None:
+                raise ValueError("give tasks=[...] or kind= and inputs=[...]")
+            tasks = [{"kind": kind, "input": dict(i), "lane": lane} for i in inputs]
+        headers = {"Idempotency-Key": key} if key is not None else None
+        data = await self._request(
+            "POST", "/v1/batches", json={"tasks": [dict(t) for t in tasks]}, headers=headers
+        )
+        return BatchSubmitted(data["id"], list(data["task_ids"]), bool(data.get("reused")))
+
+    async def batch_status(self, batch_id: str) -> BatchProgress:
+        data = await self._request("GET", f"/v1/batches/{_seg(batch_id)}")
+        return BatchProgress(data["id"], data["total"], dict(data["counts"]), data["done"])
+
+    # -- operations ---------------------------------------------------------------------------
+    async def stats(self) -> dict[str, Any]:
+        return dict(await self._request("GET", "/v1/stats"))
+
+    async def healthz(self) -> dict[str, Any]:
+        return dict(await self._request("GET", "/healthz"))
+
+    # -- waiting ------------------------------------------------------------------------------
+    async def events(self, task_id: str, *, after: int | None = None) -> AsyncIterator[StatusEvent]:
+        """The task's status changes as they happen (Server-Sent Events); ends at terminal."""
+        headers = {"Accept": "text/event-stream"}
+        if after:
+            headers["Last-Event-ID"] = str(after)
+        url = f"/v1/tasks/{_seg(task_id)}/events"
+        async with self._http.stream("GET", url, headers=headers) as response:
+            if not response.is_success:
+                await response.aread()
+                raise_for_problem(response)
+            async for event in _parse_sse(response.aiter_lines()):
+                yield event
+
+    async def wait(self, task_id: str, timeout: float | None = None) -> Task:
+        """Until the task is terminal: follows its event stream, and when the stream cannot be
+        had (a proxy, a restart) polls with full-jitter backoff, resuming the stream after."""
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._wait(task_id)
+        except TimeoutError:
+            raise WaitTimeout(f"task {task_id} not finished after {timeout}s") from None
+
+    async def _wait(self, task_id: str) -> Task:
+        failures = 0
+        last_seq = 0
+        while True:
+            progressed = False
+            try:
+                async for event in self.events(task_id, after=last_seq):
+                    last_seq, progressed = event.seq, True
+            except (httpx.TransportError, httpx.DecodingError):
+                pass  # the stream broke: poll below, then follow it again
+            except ApiError as exc:
+                if exc.status < 500:
+                    raise
+            # A stream that broke, or ended without news, backs off before the next try.
+            failures = 0 if progressed else failures + 1
+            task = await self.get(task_id)
+            if task.terminal:
+                return task
+            if failures:
+                await asyncio.sleep(self.backoff.delay(failures, self._rng))
+
+    # -- plumbing -----------------------------------------------------------------------------
+    async def _request(self, method: str, url: str, **kwargs: Any) -> Any:
+        response = await self._http.request(method, url, **kwargs)
+        raise_for_problem(response)
+        return response.json()
+
+
+def raise_for_problem(response: httpx.Response) -> None:
+    """Raise the floodway error a problem document describes (no-op on success)."""
+    if response.is_success:
+        return
+    try:
+        problem = response.json()
+    except ValueError:
+        problem = None
+    if not isinstance(problem, dict):
+        problem = {"title": response.reason_phrase, "detail": response.text[:500]}
+    slug = str(problem.get("type", "")).rsplit(":", 1)[-1]
+    detail = str(problem.get("detail", ""))
+    if slug == "task-not-found":
+        raise TaskNotFound(str(problem.get("task_id", "")))
+    if slug == "unknown-kind":
+        raise UnknownKind(str(problem.get("kind", "")))
+    if slug == "invalid-input":
+        raise InvalidInput(detail)
+    if slug == "idempotency-conflict":
+        raise IdempotencyConflict(str(problem.get("key", "")), str(problem.get("task_id", "")))
+    if slug == "illegal-transition":
+        raise IllegalTransition(
+            str(problem.get("from_status", "")), str(problem.get("to_status", "")), ""
+        )
+    if slug == "admission-refused" or response.status_code == 429:
+        raise AdmissionRefused(
+            str(problem.get("limit", "")), detail, _retry_after(problem, response)
+        )
+    raise ApiError(response.status_code, problem)
+
+
+def task_from_json(data: Mapping[str, Any]) -> Task:
+    error = data.get("error")
+    cost = data.get("cost") or {}
+    return Task(
+        id=data["id"],
+        kind=data["kind"],
+        status=Status(data["status"]),
+        lane=Lane(data["lane"]),
+        tenant=data["tenant"],
+        input=data.get("input"),
+        result=data.get("result"),
+        error=_error(error) if isinstance(error, dict) else None,
+        attempts=int(data.get("attempts", 0)),
+        max_attempts=int(data.get("max_attempts", 0)),
+        idempotency_key=data.get("idempotency_key"),
+        duplicate_of=data.get("duplicate_of"),
+        upstream_ref=data.get("upstream_ref"),
+        cost_estimated=float(cost.get("estimated") or 0.0),
+        cost_actual=cost.get("actual"),
+        created_at=_epoch(data.get("created_at")) or 0.0,
+        updated_at=_epoch(data.get("updated_at")) or 0.0,
+        started_at=_epoch(data.get("started_at")),
+        finished_at=_epoch(data.get("finished_at")),
+        deadline_at=_epoch(data.get("deadline_at")),
+        next_attempt_at=_epoch(data.get("next_attempt_at")),
+        metadata=dict(data.get("metadata") or {}),
+    )
+
+
+def _error(data: Mapping[str, Any]) -> ErrorInfo:
+    try:
+        cls = ErrorClass(data.get("class", ""))
+    except ValueError:
+        cls = ErrorClass.FATAL  # a class this client does not know yet
+    return ErrorInfo(cls, str(data.get("type", "")), str(data.get("message", "")))
+
+
+def _epoch(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def _retry_after(problem: Mapping[str, Any], response: httpx.Response) -> float:
+    value = problem.get("retry_after")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    header = response.headers.get("retry-after", "")
+    return float(header) if header.isdigit() else 1.0
+
+
+def _seg(value: str) -> str:
+    """A path segment, escaped so an id can never reach another route."""
+    return quote(value, safe="")
+
+
+def _submit_body(
+    kind: str,
+    value: Mapping[str, Any],
+    lane: str,
+    max_attempts: int | None,
+    deadline_s: float | None,
+    callback_url: str | None,
+    metadata: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"kind": kind, "input": dict(value), "lane": lane}
+    optional = {
+        "max_attempts": max_attempts,
+        "deadline_s": deadline_s,
+        "callback_url": callback_url,
+        "metadata": dict(metadata) if metadata is not None else None,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    return body
+
+
+async def _parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[StatusEvent]:
+    """Server-Sent Events framing: fields until a blank line; comments start with ':'."""
+    seq, data = "", list[str]()
+    async for line in lines:
+        if line == "":
+            if data:
+                payload = json.loads("\n".join(data))
+                yield StatusEvent(
+                    seq=int(seq) if seq.isdigit() else 0,
+                    task_id=payload["task_id"],
+                    status=Status(payload["status"]),
+                    at=_epoch(payload.get("at")),
+                    attempt=int(payload.get("attempt", 0)),
+                    detail=str(payload.get("detail", "")),
+                )
+            seq, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "id":
+            seq = value
+        elif name == "data":
+            data.append(value)

@@ -1,0 +1,723 @@
+// The floodway dashboard: polls GET /v1/stats, keeps a time series of it in the page, and
+// offers the dead-letter list and a task's event history. Everything from the same origin.
+
+import { ApiError, getJson, hasKey, loadKey, postJson, setKey } from "./api.js";
+import { LineChart } from "./chart.js";
+import { followEvents } from "./events.js";
+import { Poller, backoffDelay } from "./poller.js";
+import { History, STATUSES } from "./series.js";
+
+const TERMINAL = new Set(["succeeded", "failed", "dead", "timeout", "cancelled", "deduped"]);
+const DEAD_PAGE = 100; // rows shown
+const DEAD_REFRESH_MS = 15000; // the list is re-read at least this often (and when counts move)
+const RETRY_PARALLEL = 4;
+const FOLLOW_ATTEMPTS = 8; // event-stream reconnects without news before giving up
+const FOLLOW_DEADLINE_MS = 15 * 60 * 1000;
+
+const $ = (id) => document.getElementById(id);
+
+/** An element with text set as text (never parsed as HTML: task data is untrusted). */
+function h(tag, { cls, text, title, attrs } = {}, children = []) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (title) node.title = title;
+  for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, String(value));
+  for (const child of children) if (child) node.appendChild(child);
+  return node;
+}
+
+// -- formatting ----------------------------------------------------------------------------
+const ints = new Intl.NumberFormat("en-US");
+const fmtInt = (n) => (Number.isFinite(n) ? ints.format(n) : "—");
+
+function fmtSeconds(s) {
+  if (!Number.isFinite(s)) return "—";
+  if (s === 0) return "0";
+  if (s < 0.001) return "<1 ms";
+  if (s < 1) return `${Math.round(s * 1000)} ms`;
+  if (s < 60) return `${s.toFixed(s < 10 ? 2 : 1)} s`;
+  if (s < 3600) return `${(s / 60).toFixed(1)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+
+function fmtRate(v) {
+  if (!Number.isFinite(v)) return "—";
+  if (v === 0) return "0";
+  if (v < 0.1) return v.toFixed(3);
+  if (v < 10) return v.toFixed(2);
+  if (v < 100) return v.toFixed(1);
+  return ints.format(Math.round(v));
+}
+
+function fmtAgo(iso) {
+  if (!iso) return "—";
+  const seconds = (Date.now() - Date.parse(iso)) / 1000;
+  if (!Number.isFinite(seconds)) return "—";
+  if (seconds < 5) return "just now";
+  if (seconds < 90) return `${Math.round(seconds)} s ago`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min ago`;
+  if (seconds < 172800) return `${Math.round(seconds / 3600)} h ago`;
+  return `${Math.round(seconds / 86400)} days ago`;
+}
+
+function fmtTime(iso) {
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return iso || "—";
+  const pad = (n, w = 2) => String(n).padStart(w, "0");
+  return `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}.${pad(date.getMilliseconds(), 3)}`;
+}
+
+function fmtDate(iso) {
+  if (!iso) return "—";
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? iso : `${date.toLocaleDateString()} ${fmtTime(iso)}`;
+}
+
+/** An amount for labels: whole numbers when large, at most one decimal, no trailing ".0". */
+function fmtAmount(v) {
+  if (!Number.isFinite(v)) return "—";
+  if (Math.abs(v) >= 100) return ints.format(Math.round(v));
+  return String(Number(v.toFixed(Math.abs(v) >= 10 ? 0 : 1)));
+}
+
+/** Axis labels: like fmtRate, without trailing zeros. */
+function fmtAxis(v) {
+  if (!Number.isFinite(v)) return "";
+  if (v >= 100) return ints.format(Math.round(v));
+  return String(Number(v.toPrecision(3)));
+}
+
+const pct = (used, total) => (total > 0 ? Math.min(100, Math.max(0, (100 * used) / total)) : 0);
+
+// -- connection status and the API key -----------------------------------------------------
+let lastOk = 0;
+let phase = { phase: "starting" };
+
+function showConn() {
+  const node = $("conn-status");
+  node.dataset.phase = phase.phase;
+  let text;
+  switch (phase.phase) {
+    case "live":
+      text = `Live · updated ${lastOk ? fmtAgo(new Date(lastOk).toISOString()) : "…"}`;
+      break;
+    case "paused":
+      text = "Paused while this tab is hidden";
+      break;
+    case "backoff": {
+      const err = phase.error;
+      const what = err && err.status ? `API error ${err.status}` : "API unreachable";
+      text = `${what} · retrying in ${(phase.delayMs / 1000).toFixed(1)} s (attempt ${phase.failures + 1})`;
+      break;
+    }
+    case "blocked":
+      text = "API key needed";
+      break;
+    case "stopped":
+      text = "Stopped";
+      break;
+    default:
+      text = "Connecting…";
+  }
+  if ($("conn-text").textContent !== text) $("conn-text").textContent = text;
+}
+
+function showAuthProblem(error) {
+  const banner = $("auth-message");
+  const refused = hasKey();
+  banner.textContent = refused
+    ? `The API key was refused (${error.detail || "unauthorized"}). Enter a valid key in the API key field above and press Save.`
+    : "This server needs an API key. Enter it in the API key field above and press Save; it is kept in this browser only.";
+  banner.hidden = false;
+  $("api-key").setAttribute("aria-invalid", "true");
+  if (document.activeElement !== $("api-key")) $("api-key").focus();
+}
+
+function clearAuthProblem() {
+  $("auth-message").hidden = true;
+  $("api-key").removeAttribute("aria-invalid");
+}
+
+// -- tasks by state ------------------------------------------------------------------------
+const stateCells = new Map();
+
+function stateCell(status) {
+  let cell = stateCells.get(status);
+  if (!cell) {
+    const count = h("span", { cls: "state-count", text: "—", attrs: { "data-status": status } });
+    const item = h("li", { cls: `state state-${status}` }, [
+      h("span", { cls: "state-name" }, [h("span", { cls: "dot", attrs: { "aria-hidden": "true" } }), h("span", { text: status })]),
+      count,
+    ]);
+    $("states").appendChild(item);
+    cell = { item, count };
+    stateCells.set(status, cell);
+  }
+  return cell;
+}
+
+function renderStates(stats) {
+  const tasks = stats.tasks || {};
+  const names = [...STATUSES, ...Object.keys(tasks).filter((s) => !STATUSES.includes(s))];
+  let total = 0;
+  for (const status of names) {
+    const n = tasks[status] ?? 0;
+    total += n;
+    const { item, count } = stateCell(status);
+    count.textContent = fmtInt(n);
+    count.dataset.value = String(n);
+    item.classList.toggle("zero", n === 0);
+  }
+  $("states-total").textContent = `${fmtInt(total)} tasks in the ledger (all tenants)`;
+  $("states-total").dataset.value = String(total);
+}
+
+// -- charts --------------------------------------------------------------------------------
+const history = new History();
+let charts = null;
+
+function makeCharts() {
+  return {
+    throughput: new LineChart($("chart-throughput"), {
+      series: [
+        { key: "ok", label: "succeeded / s" },
+        { key: "bad", label: "failed, dead or timed out / s" },
+      ],
+      format: fmtAxis,
+      minMax: 1,
+    }),
+    latency: new LineChart($("chart-latency"), {
+      series: [
+        { key: "mid", label: "p50" },
+        { key: "p95", label: "p95" },
+        { key: "wait", label: "queue wait p95" },
+      ],
+      format: fmtSeconds,
+      minMax: 0.1,
+    }),
+    errors: new LineChart($("chart-errors"), {
+      series: [
+        { key: "throttled", label: "429 / min" },
+        { key: "server", label: "5xx / min" },
+      ],
+      format: fmtAxis,
+      minMax: 1,
+    }),
+  };
+}
+
+function legend(id, entries) {
+  const list = $(id);
+  list.replaceChildren(
+    ...entries.map(([label, value, index, key]) =>
+      h("li", {}, [
+        h("span", { cls: `swatch series-${index}`, attrs: { "aria-hidden": "true" } }),
+        h("span", { cls: "legend-label", text: label }),
+        h("strong", { cls: "legend-value", text: value, attrs: { "data-metric": key } }),
+      ]),
+    ),
+  );
+  return entries.map(([label, value]) => `${label} ${value}`).join(", ");
+}
+
+function renderCharts(stats, sample) {
+  const samples = history.samples;
+  const midKey = history.hasP50 ? "p50" : "mean";
+  const r = sample.rates;
+  charts.throughput.render(samples.map((s) => ({ t: s.t, values: { ok: s.rates.succeededPerS, bad: s.rates.failedPerS } })));
+  charts.latency.render(samples.map((s) => ({ t: s.t, values: { mid: s[midKey], p95: s.p95, wait: s.waitP95 } })));
+  charts.errors.render(samples.map((s) => ({ t: s.t, values: { throttled: s.rates.throttledPerMin, server: s.rates.serverErrorsPerMin } })));
+
+  let summary = legend("legend-throughput", [
+    ["succeeded / s", fmtRate(r.succeededPerS), 0, "succeeded_per_s"],
+    ["failed / s", fmtRate(r.failedPerS), 1, "failed_per_s"],
+  ]);
+  $("chart-throughput").setAttribute("aria-label", `Throughput, recent history: now ${summary}`);
+
+  const completion = stats.completion || {};
+  const wait = stats.queue_wait || {};
+  summary = legend("legend-latency", [
+    [midKey, fmtSeconds(sample[midKey]), 0, `completion_${midKey}`],
+    ["p95", fmtSeconds(sample.p95), 1, "completion_p95"],
+    ["queue wait p95", fmtSeconds(sample.waitP95), 2, "queue_wait_p95"],
+  ]);
+  $("chart-latency").setAttribute("aria-label", `Completion latency, recent history: now ${summary}`);
+  $("latency-sub").textContent = `submit to success, over the newest ${fmtInt(stats.window ?? 0)} tasks (${fmtInt(completion.count ?? 0)} succeeded, ${fmtInt(wait.count ?? 0)} started)`;
+
+  const withPct = (rate, share) => (Number.isFinite(share) ? `${fmtRate(rate)} (${share.toFixed(1)} % of calls)` : fmtRate(rate));
+  summary = legend("legend-errors", [
+    ["429 / min", withPct(r.throttledPerMin, r.throttledPct), 0, "throttled_per_min"],
+    ["5xx / min", withPct(r.serverErrorsPerMin, r.serverErrorPct), 1, "server_errors_per_min"],
+  ]);
+  $("chart-errors").setAttribute("aria-label", `Upstream errors, recent history: now ${summary}`);
+  const note = $("errors-note");
+  const c = sample.counters;
+  if (c.throttled === null && c.serverErrors === null) {
+    note.textContent = "This server reports no upstream answer counts (no resource limits are configured).";
+  } else if (c.serverErrors === null) {
+    note.textContent = "429s are counted by the limiter of this API process; this server does not report 5xx counts.";
+  } else {
+    note.textContent = "";
+  }
+  note.hidden = note.textContent === "";
+}
+
+// -- resources -----------------------------------------------------------------------------
+function meter(label, used, total, text) {
+  const share = pct(used, total);
+  // At the cap is the limiter doing its job, not an error: amber, never red.
+  const level = share >= 90 ? "full" : "ok";
+  const fill = h("div", { cls: `meter-fill ${level}` });
+  fill.style.width = `${share}%`; // CSSOM, allowed by the page's style-src 'self'
+  return h("div", { cls: "meter-row" }, [
+    h("span", { cls: "meter-label", text: label }),
+    h(
+      "div",
+      {
+        cls: "meter",
+        attrs: {
+          role: "meter",
+          "aria-label": `${label}: ${text}`,
+          "aria-valuemin": 0,
+          "aria-valuemax": 100,
+          "aria-valuenow": Math.round(share),
+        },
+      },
+      [fill],
+    ),
+    h("span", { cls: "meter-text", text }),
+  ]);
+}
+
+function bucketMeter(label, bucket, unit) {
+  if (!bucket || !(bucket.capacity > 0)) return null;
+  const used = Math.max(0, bucket.capacity - bucket.level);
+  const perMin = bucket.refill_per_s * 60;
+  return meter(label, used, bucket.capacity, `${fmtAmount(used)} of ${fmtAmount(bucket.capacity)} burst used · ${fmtAmount(perMin)} ${unit}/min`);
+}
+
+function renderResources(stats) {
+  const resources = stats.resources || {};
+  const names = Object.keys(resources).sort();
+  const box = $("resources");
+  if (!names.length) {
+    box.replaceChildren(h("p", { cls: "empty", text: "No resource limits are configured." }));
+    return;
+  }
+  box.replaceChildren(
+    ...names.map((name) => {
+      const r = resources[name] || {};
+      const chips = [];
+      if (Number.isFinite(r.rate_factor) && r.rate_factor < 0.999) {
+        chips.push(h("span", { cls: "chip warn", text: `adaptive rate ${Math.round(r.rate_factor * 100)} %` }));
+      }
+      if (r.paused_for > 0) chips.push(h("span", { cls: "chip bad", text: `paused ${fmtSeconds(r.paused_for)} after a 429` }));
+      if (Number.isFinite(r.throttles)) chips.push(h("span", { cls: "chip", text: `429s seen: ${fmtInt(r.throttles)}` }));
+      const inFlight = r.concurrency > 0
+        ? meter("In flight", r.in_flight, r.concurrency, `${fmtInt(r.in_flight)} of ${fmtInt(r.concurrency)}`)
+        : h("div", { cls: "meter-row" }, [
+            h("span", { cls: "meter-label", text: "In flight" }),
+            h("span", { cls: "meter-text", text: `${fmtInt(r.in_flight ?? 0)} (no concurrency cap)` }),
+          ]);
+      const card = h("div", { cls: "resource", attrs: { "data-resource": name } }, [
+        h("div", { cls: "resource-head" }, [h("h3", { text: name }), h("div", { cls: "chips" }, chips)]),
+        inFlight,
+        bucketMeter("Requests", r.requests, "req"),
+        bucketMeter("Tokens", r.tokens, "tokens"),
+      ]);
+      card.dataset.inFlight = String(r.in_flight ?? 0);
+      card.dataset.concurrency = String(r.concurrency ?? 0);
+      return card;
+    }),
+  );
+}
+
+// -- dead letters --------------------------------------------------------------------------
+let deadSeen = null; // stats.dead_letters when the list was last read
+let deadReadAt = 0;
+let deadDirty = true;
+
+function deadMessage(text, kind = "") {
+  const node = $("dead-message");
+  node.textContent = text;
+  node.dataset.kind = kind;
+}
+
+async function refreshDead() {
+  const page = await getJson("v1/tasks", { params: { status: "dead", limit: DEAD_PAGE } });
+  deadReadAt = Date.now();
+  deadDirty = false;
+  const rows = page.items.map((task) => {
+    const retry = h("button", { cls: "small", text: "Retry", attrs: { type: "button", "aria-label": `Retry task ${task.id}`, "data-retry": task.id } });
+    retry.addEventListener("click", () => retryOne(task.id, retry));
+    const open = h("button", { cls: "linklike mono", text: task.id, attrs: { type: "button", title: "Show this task and its events" } });
+    open.addEventListener("click", () => {
+      $("task-id").value = task.id;
+      showTask(task.id);
+      $("search-title").scrollIntoView({ behavior: "smooth", block: "start" });
+    });
+    const err = task.error || {};
+    return h("tr", { attrs: { "data-task-id": task.id } }, [
+      h("td", {}, [open]),
+      h("td", { text: task.kind }),
+      h("td", { cls: "error-cell", title: err.message || "" }, [
+        h("span", { cls: "error-type", text: err.type || err.class || "" }),
+        h("span", { cls: "error-text", text: err.message || "" }),
+      ]),
+      h("td", { cls: "num", text: `${task.attempts} / ${task.max_attempts}` }),
+      h("td", { text: fmtAgo(task.finished_at || task.updated_at), title: fmtDate(task.finished_at || task.updated_at) }),
+      h("td", { cls: "action" }, [retry]),
+    ]);
+  });
+  $("dead-rows").replaceChildren(...rows);
+  $("dead-table").hidden = rows.length === 0;
+  $("dead-empty").hidden = rows.length !== 0;
+  $("retry-all").disabled = rows.length === 0;
+  $("dead-more").hidden = !page.next;
+  $("dead-more").textContent = page.next ? `Showing the first ${DEAD_PAGE}; Retry all covers every one of them.` : "";
+}
+
+function deadNeedsRefresh(stats) {
+  return deadDirty || deadSeen !== stats.dead_letters || Date.now() - deadReadAt > DEAD_REFRESH_MS;
+}
+
+function problemText(error) {
+  return error instanceof ApiError ? error.message : String(error);
+}
+
+async function retryOne(id, button) {
+  button.disabled = true;
+  button.textContent = "Retrying…";
+  try {
+    const task = await postJson(`v1/tasks/${encodeURIComponent(id)}/retry`);
+    deadMessage(`Task ${id} is ${task.status} again.`, "ok");
+    button.closest("tr")?.remove();
+  } catch (error) {
+    if (error.status === 401) {
+      poller.report("blocked", { error });
+      showAuthProblem(error);
+    } else if (error.status === 409 || error.status === 404) {
+      deadMessage(`Task ${id} is no longer a dead letter.`, "warn");
+    } else {
+      deadMessage(`Could not retry ${id}: ${problemText(error)}`, "error");
+    }
+    button.disabled = false;
+    button.textContent = "Retry";
+  }
+  deadDirty = true;
+  poller.kick();
+}
+
+async function allDeadIds() {
+  const ids = [];
+  let after = null;
+  do {
+    const page = await getJson("v1/tasks", { params: { status: "dead", limit: 1000, after } });
+    ids.push(...page.items.map((t) => t.id));
+    after = page.next;
+  } while (after);
+  return ids;
+}
+
+let pendingRetryAll = [];
+
+function showConfirm(show) {
+  $("retry-all-confirm").hidden = !show;
+  $("retry-all").hidden = show;
+}
+
+async function askRetryAll() {
+  const button = $("retry-all");
+  button.disabled = true;
+  try {
+    pendingRetryAll = await allDeadIds();
+  } catch (error) {
+    deadMessage(`Could not list the dead letters: ${problemText(error)}`, "error");
+    button.disabled = false;
+    return;
+  }
+  if (!pendingRetryAll.length) {
+    deadMessage("There is nothing to retry.", "ok");
+    deadDirty = true;
+    poller.kick();
+    return;
+  }
+  const n = pendingRetryAll.length;
+  $("retry-all-question").textContent = `Put ${fmtInt(n)} dead ${n === 1 ? "letter" : "letters"} back in the queue?`;
+  showConfirm(true);
+  $("retry-all-yes").focus();
+}
+
+async function retryAll() {
+  const ids = pendingRetryAll;
+  pendingRetryAll = [];
+  showConfirm(false);
+  $("retry-all").disabled = true;
+  let done = 0;
+  let skipped = 0;
+  const failures = [];
+  let next = 0;
+  async function worker() {
+    while (next < ids.length) {
+      const id = ids[next++];
+      try {
+        await postJson(`v1/tasks/${encodeURIComponent(id)}/retry`);
+        done += 1;
+      } catch (error) {
+        if (error.status === 409 || error.status === 404) skipped += 1;
+        else failures.push([id, error]);
+      }
+      deadMessage(`Retrying… ${done + skipped + failures.length} of ${ids.length}`);
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(RETRY_PARALLEL, ids.length) }, worker));
+  let text = `Retried ${fmtInt(done)} of ${fmtInt(ids.length)} dead letters.`;
+  if (skipped) text += ` ${fmtInt(skipped)} had already left the dead-letter list.`;
+  if (failures.length) text += ` ${fmtInt(failures.length)} failed (first: ${failures[0][0]}: ${problemText(failures[0][1])}).`;
+  deadMessage(text, failures.length ? "error" : "ok");
+  if (failures.some(([, e]) => e.status === 401)) showAuthProblem(failures[0][1]);
+  deadDirty = true;
+  poller.kick();
+}
+
+// -- one task and its events ---------------------------------------------------------------
+let following = null; // the AbortController of the task on show
+
+function taskMessage(text, kind = "") {
+  $("task-message").textContent = text;
+  $("task-message").dataset.kind = kind;
+}
+
+function badge(node, status) {
+  node.textContent = status;
+  node.className = `badge status-${status}`;
+}
+
+function json(value) {
+  return value === null || value === undefined ? "—" : JSON.stringify(value, null, 2);
+}
+
+function renderTask(task) {
+  $("task-title").textContent = task.id;
+  badge($("task-status"), task.status);
+  const fields = [
+    ["Kind", task.kind],
+    ["Lane", task.lane],
+    ["Tenant", task.tenant],
+    ["Attempts", `${task.attempts} of ${task.max_attempts}`],
+    ["Created", fmtDate(task.created_at)],
+    ["Started", task.started_at && fmtDate(task.started_at)],
+    ["Finished", task.finished_at && fmtDate(task.finished_at)],
+    ["Next attempt", task.next_attempt_at && fmtDate(task.next_attempt_at)],
+    ["Deadline", task.deadline_at && fmtDate(task.deadline_at)],
+    ["Cost", task.cost && `${fmtRate(task.cost.estimated)} estimated${task.cost.actual !== null && task.cost.actual !== undefined ? `, ${fmtRate(task.cost.actual)} actual` : ""}`],
+    ["Upstream ref", task.upstream_ref],
+    ["Idempotency key", task.idempotency_key],
+    ["Duplicate of", task.duplicate_of],
+    ["Error", task.error && `${task.error.class} · ${task.error.type}: ${task.error.message}`],
+  ];
+  $("task-fields").replaceChildren(
+    ...fields.filter(([, v]) => v !== null && v !== undefined && v !== "").flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: v })]),
+  );
+  $("task-input").textContent = json(task.input);
+  $("task-result").textContent = json(task.result);
+  $("task-error").textContent = json(task.error);
+}
+
+function appendEvent(data) {
+  const status = h("span");
+  badge(status, data.status);
+  const row = h("li", { attrs: { "data-status": data.status } }, [
+    h("time", { text: fmtTime(data.at), attrs: { datetime: data.at || "" }, title: fmtDate(data.at) }),
+    status,
+    h("span", { cls: "attempt", text: data.attempt ? `attempt ${data.attempt}` : "" }),
+    h("span", { cls: "detail", text: data.detail || "", title: data.detail || "" }),
+  ]);
+  $("task-events").appendChild(row);
+}
+
+function sleep(ms, signal) {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => {
+      clearTimeout(timer);
+      resolve();
+    }, { once: true });
+  });
+}
+
+async function follow(id, signal) {
+  const state = $("events-state");
+  state.textContent = "· following live";
+  let lastId = null;
+  let quiet = 0;
+  let ended = null;
+  const deadline = Date.now() + FOLLOW_DEADLINE_MS;
+  while (!signal.aborted) {
+    let news = false;
+    try {
+      lastId = await followEvents(id, {
+        signal,
+        lastEventId: lastId,
+        onEvent: (data) => {
+          news = true;
+          appendEvent(data);
+          badge($("task-status"), data.status);
+          if (TERMINAL.has(data.status)) ended = data.status;
+        },
+      });
+    } catch (error) {
+      if (signal.aborted) return;
+      if (error.status === 401) {
+        showAuthProblem(error);
+        state.textContent = "· stopped (API key needed)";
+        return;
+      }
+      if (error.status === 404) {
+        state.textContent = "· the task is gone";
+        return;
+      }
+    }
+    if (signal.aborted) return;
+    if (ended) {
+      state.textContent = `· ended (${ended})`;
+      try {
+        renderTask(await getJson(`v1/tasks/${encodeURIComponent(id)}`, { signal }));
+      } catch {
+        /* the history is shown; the refreshed fields are a nicety */
+      }
+      return;
+    }
+    quiet = news ? 0 : quiet + 1;
+    if (quiet >= FOLLOW_ATTEMPTS || Date.now() > deadline) {
+      state.textContent = "· stopped following; search again to resume";
+      return;
+    }
+    const delay = backoffDelay(Math.max(1, quiet));
+    state.textContent = `· reconnecting in ${(delay / 1000).toFixed(1)} s`;
+    await sleep(delay, signal);
+    state.textContent = "· following live";
+  }
+}
+
+async function showTask(rawId) {
+  const id = rawId.trim();
+  if (following) following.abort();
+  following = new AbortController();
+  const { signal } = following;
+  $("task-view").hidden = true;
+  $("task-events").replaceChildren();
+  $("events-state").textContent = "";
+  if (!/^[A-Za-z0-9_-]{1,64}$/.test(id)) {
+    taskMessage("A task id is 1 to 64 letters, digits, '_' or '-'.", "error");
+    return;
+  }
+  taskMessage(`Looking up ${id}…`);
+  let task;
+  try {
+    task = await getJson(`v1/tasks/${encodeURIComponent(id)}`, { signal });
+  } catch (error) {
+    if (signal.aborted) return;
+    if (error.status === 404) taskMessage(`No task ${id} is visible with this API key.`, "error");
+    else if (error.status === 401) {
+      taskMessage("An API key is needed to look tasks up.", "error");
+      showAuthProblem(error);
+    } else taskMessage(`Could not load ${id}: ${problemText(error)}`, "error");
+    return;
+  }
+  if (signal.aborted) return;
+  taskMessage("");
+  renderTask(task);
+  $("task-view").hidden = false;
+  replaceHash(`#task=${encodeURIComponent(id)}`);
+  follow(id, signal);
+}
+
+function replaceHash(hash) {
+  try {
+    window.history.replaceState(null, "", hash);
+  } catch {
+    /* sandboxed: the deep link is a nicety */
+  }
+}
+
+// -- wiring --------------------------------------------------------------------------------
+function pollInterval() {
+  const asked = Number(new URLSearchParams(location.search).get("poll"));
+  return Number.isFinite(asked) && asked >= 250 ? Math.min(asked, 60000) : 2000;
+}
+
+async function pollOnce() {
+  const stats = await getJson("v1/stats");
+  lastOk = Date.now();
+  clearAuthProblem();
+  const sample = history.add(stats, lastOk);
+  renderStates(stats);
+  renderCharts(stats, sample);
+  renderResources(stats);
+  $("dead-count").textContent = fmtInt(stats.dead_letters ?? 0);
+  $("dead-count").dataset.value = String(stats.dead_letters ?? 0);
+  if (deadNeedsRefresh(stats)) {
+    await refreshDead();
+    deadSeen = stats.dead_letters;
+  }
+}
+
+const poller = new Poller(pollOnce, {
+  intervalMs: pollInterval(),
+  onState: (state) => {
+    phase = state;
+    showConn();
+    if (state.phase === "blocked") showAuthProblem(state.error);
+  },
+});
+
+function wire() {
+  charts = makeCharts();
+  for (const status of STATUSES) stateCell(status);
+  $("dead-table").hidden = true;
+  $("api-key").value = loadKey();
+  $("key-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    setKey($("api-key").value);
+    clearAuthProblem();
+    deadDirty = true;
+    poller.resume();
+  });
+  $("key-forget").addEventListener("click", () => {
+    $("api-key").value = "";
+    setKey("");
+    deadDirty = true;
+    poller.resume();
+  });
+  $("retry-all").addEventListener("click", askRetryAll);
+  $("retry-all-yes").addEventListener("click", retryAll);
+  $("retry-all-no").addEventListener("click", () => {
+    pendingRetryAll = [];
+    showConfirm(false);
+    $("retry-all").disabled = false;
+    $("retry-all").focus();
+  });
+  $("search-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    showTask($("task-id").value);
+  });
+  setInterval(() => {
+    if (phase.phase === "live") showConn();
+  }, 1000);
+  getJson("healthz")
+    .then((health) => {
+      $("version").textContent = `floodway ${health.version}`;
+    })
+    .catch(() => {});
+  const linked = /^#task=([A-Za-z0-9_-]{1,64})$/.exec(location.hash);
+  if (linked) {
+    $("task-id").value = linked[1];
+    showTask(linked[1]);
+  }
+  poller.start();
+  window.floodwayDashboard = { poller, history }; // for tests and the curious
+}
+
+wire();

@@ -1,0 +1,108 @@
+"""Outbound webhooks: a task's ``callback_url`` gets a signed POST when the task ends, retried
+with full-jitter backoff while the receiver fails."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+
+from floodway.api import serving
+from tests.integration.conftest import ApiServer, StartApi, eventually
+
+
+@dataclass
+class Receiver:
+    """Answers 500 to the first ``failures`` deliveries, then 204; records all of them."""
+
+    failures: int = 0
+    calls: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+    got_one: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/hook")
+        async def hook(request: Request) -> Response:
+            self.calls.append((dict(request.headers), await request.body()))
+            if len(self.calls) <= self.failures:
+                return Response(status_code=500)
+            self.got_one.set()
+            return Response(status_code=204)
+
+        return app
+
+
+async def serve_receiver(stack: AsyncExitStack, receiver: Receiver) -> str:
+    return await stack.enter_async_context(serving(receiver.app())) + "/hook"
+
+
+async def callback_state_is(server: ApiServer, task_id: str, state: str) -> bool:
+    return (await server.fw.get(task_id)).callback_state == state
+
+
+def verify(secret: str, headers: dict[str, str], body: bytes) -> bool:
+    signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body
+    mac = base64.b64encode(hmac.new(secret.encode(), signed, hashlib.sha256).digest()).decode()
+    return headers["webhook-signature"] == "v1," + mac
+
+
+async def test_callback_is_signed_and_retried_until_delivered(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    receiver = Receiver(failures=2)
+    url = await serve_receiver(api_stack, receiver)
+    server = await start_api(keys={"key-a": "tenant-a"})
+    http = await server.client("key-a")
+    task = (
+        await http.post("/v1/tasks", json={"kind": "sim", "input": {"x": 1}, "callback_url": url})
+    ).json()
+
+    async with asyncio.timeout(20):
+        await receiver.got_one.wait()
+    assert len(receiver.calls) == 3  # two failures, then delivered
+    ids = {headers["webhook-id"] for headers, _ in receiver.calls}
+    assert len(ids) == 1  # the same message each time: receivers can drop duplicates
+    for headers, body in receiver.calls:
+        assert verify("key-a", headers, body)  # the tenant's API key signs its webhooks
+        assert not verify("floodway", headers, body)
+    payload: dict[str, Any] = json.loads(receiver.calls[-1][1])
+    assert payload["type"] == "task.succeeded"
+    assert payload["data"]["id"] == task["id"] and payload["data"]["status"] == "succeeded"
+    assert payload["data"]["result"]["echo"] == {"x": 1}
+
+    await eventually(lambda: callback_state_is(server, task["id"], "delivered"))
+    stored = await server.fw.get(task["id"])
+    assert stored.callback_attempts == 3
+
+
+async def test_a_receiver_that_never_answers_is_given_up(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    receiver = Receiver(failures=10**6)
+    url = await serve_receiver(api_stack, receiver)
+    server = await start_api()
+    http = await server.client()
+    task = (
+        await http.post("/v1/tasks", json={"kind": "sim", "input": {}, "callback_url": url})
+    ).json()
+    await eventually(lambda: callback_state_is(server, task["id"], "failed"))
+    assert len(receiver.calls) == 8  # max_attempts, then no more
+    headers, body = receiver.calls[0]
+    assert verify("floodway", headers, body)  # the open API's documented secret
+
+    # An unreachable URL is a failed delivery like any other, never an error in the loop.
+    dead = (
+        await http.post(
+            "/v1/tasks",
+            json={"kind": "sim", "input": {"d": 1}, "callback_url": "http://127.0.0.1:9/x"},
+        )
+    ).json()
+    await eventually(lambda: callback_state_is(server, dead["id"], "failed"))
