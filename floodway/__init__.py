@@ -26,8 +26,8 @@ from floodway.core.task import ErrorClass, ErrorInfo, Lane, Task
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client",
     "AdmissionRefused",
+    "Client",
     "ConfigError",
     "Context",
     "ErrorClass",
