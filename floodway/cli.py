@@ -9,12 +9,13 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 
 from floodway.app import Floodway
+from floodway.cli_remote import register as register_remote
 from floodway.config import load_settings
 from floodway.core.errors import FloodwayError
 
@@ -36,7 +37,7 @@ ConcurrencyOpt = Annotated[
 ]
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
     console.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(code)
 
@@ -45,6 +46,15 @@ def load_floodway(
     app_ref: str | None, config: Path | None, database: str | None, redis: str | None
 ) -> Floodway:
     """The Floodway of ``--app module:attr`` (with CLI overrides), or one from the config."""
+    try:
+        return _load_floodway(app_ref, config, database, redis)
+    except FloodwayError as exc:
+        fail(str(exc))
+
+
+def _load_floodway(
+    app_ref: str | None, config: Path | None, database: str | None, redis: str | None
+) -> Floodway:
     if app_ref is None:
         return Floodway(settings=load_settings(config, database=database, redis=redis))
     module_name, _, attr = app_ref.partition(":")
@@ -57,7 +67,6 @@ def load_floodway(
         fail(f"--app {app_ref!r}: cannot load it: {exc}")
     if not isinstance(target, Floodway):
         fail(f"--app {app_ref!r} is a {type(target).__name__}, not a floodway.Floodway")
-        raise AssertionError  # fail() exits
     if config is not None or database is not None or redis is not None:
         base = load_settings(config) if config is not None else target.settings
         updates = {k: v for k, v in {"database": database, "redis": redis}.items() if v}
@@ -180,6 +189,61 @@ def demo(
     out = Console()
     code = run(run_demo(DemoOptions(images=images, latency_ms=latency), out))
     raise typer.Exit(code)
+
+
+@app.command()
+def serve(
+    config: ConfigOpt = None,
+    app_ref: AppOpt = None,
+    database: DatabaseOpt = None,
+    redis: RedisOpt = None,
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port")] = 8000,
+    concurrency: ConcurrencyOpt = None,
+) -> None:
+    """HTTP API + workers + maintenance + dashboard, in one process."""
+    serve_http(config, app_ref, database, redis, host, port, concurrency, run_workers=True)
+
+
+@app.command()
+def api(
+    config: ConfigOpt = None,
+    app_ref: AppOpt = None,
+    database: DatabaseOpt = None,
+    redis: RedisOpt = None,
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port")] = 8000,
+) -> None:
+    """HTTP API only (scale it out beside `floodway worker` processes)."""
+    serve_http(config, app_ref, database, redis, host, port, None, run_workers=False)
+
+
+def serve_http(
+    config: Path | None,
+    app_ref: str | None,
+    database: str | None,
+    redis: str | None,
+    host: str,
+    port: int,
+    concurrency: int | None,
+    *,
+    run_workers: bool,
+) -> None:
+    from floodway.api import run as run_api
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    fw = load_floodway(app_ref, config, database, redis)
+    console.print(
+        f"[green]floodway[/] on http://{host}:{port} (dashboard /, docs /docs) "
+        f"with {fw.settings.database}"
+    )
+    try:
+        run_api(fw, host, port, run_workers=run_workers, concurrency=concurrency)
+    except FloodwayError as exc:
+        fail(str(exc))
+
+
+register_remote(app)
 
 
 def main() -> None:

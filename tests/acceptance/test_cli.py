@@ -1,0 +1,141 @@
+"""The CLI end to end: `floodway serve` in a subprocess, the client commands against it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from floodway.providers.sim import SimulatorConfig, running_simulator
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "floodway.cli",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        cwd=ROOT,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
+    async with running_simulator(SimulatorConfig(latency_ms=10, seed=1)) as sim:
+        config = tmp_path / "floodway.toml"
+        config.write_text(f"""
+database = "sqlite:///{tmp_path}/fw.db"
+[api]
+keys = {{ "secret-key" = "acme" }}
+[kinds.img]
+adapter = "http"
+url = "{sim.url}/generate"
+max_attempts = 2
+""")
+        port = free_port()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "floodway.cli",
+            "serve",
+            "--config",
+            str(config),
+            "--port",
+            str(port),
+            cwd=ROOT,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            async with httpx.AsyncClient() as client:
+                for _ in range(200):
+                    try:
+                        if (await client.get(f"{url}/healthz")).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    await asyncio.sleep(0.05)
+                else:
+                    pytest.fail("floodway serve did not come up")
+            yield url, tmp_path
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            # uvicorn shuts down gracefully, then re-raises the signal it caught
+            assert await asyncio.wait_for(proc.wait(), 30) in (0, -signal.SIGTERM)
+
+
+async def test_submit_get_list_stats_batch_dlq(server: tuple[str, Path]) -> None:
+    url, tmp = server
+    auth = {"FLOODWAY_URL": url, "FLOODWAY_API_KEY": "secret-key"}
+    code, out, _ = await cli(
+        "submit", "img", "--input", '{"prompt": "a cat"}', "--wait", "--key", "k1", env=auth
+    )
+    assert code == 0, out
+    task = json.loads(out)
+    assert task["status"] == "succeeded" and task["tenant"] == "acme"
+    code, out, _ = await cli(
+        "submit", "img", "--input", '{"prompt": "a cat"}', "--key", "k1", env=auth
+    )
+    assert json.loads(out)["id"] == task["id"] and json.loads(out)["reused"] is True
+    code, out, _ = await cli("get", task["id"], env=auth)
+    assert code == 0 and json.loads(out)["result"]["echo"] == {"prompt": "a cat"}
+
+    lines = tmp / "batch.jsonl"
+    lines.write_text("\n".join(json.dumps({"prompt": f"p{i}"}) for i in range(12)) + "\n")
+    code, out, _ = await cli("batch", str(lines), "--kind", "img", "--wait", env=auth)
+    assert code == 0 and "12 tasks submitted" in out and "succeeded" in out
+
+    code, out, _ = await cli("list", "--status", "succeeded", env=auth)
+    assert code == 0 and task["id"] in out
+    code, out, _ = await cli("stats", env=auth)
+    assert code == 0 and json.loads(out)["tasks"]["succeeded"] >= 13
+    code, out, _ = await cli("dlq", "list", env=auth)
+    assert code == 0 and "dead letters (0)" in out
+
+
+async def test_clear_errors_without_tracebacks(server: tuple[str, Path], tmp_path: Path) -> None:
+    url, _ = server
+    code, _, err = await cli("get", "t_nope", "--url", url, "--api-key", "wrong")
+    assert code == 1 and "refused the API key" in err and "Traceback" not in err
+    code, _, err = await cli("get", "t_nope", "--url", url, "--api-key", "secret-key")
+    assert code == 1 and "no task" in err and "Traceback" not in err
+    code, _, err = await cli("submit", "img", "--input", "{not json", "--url", url)
+    assert code == 2 and "--input is not JSON" in err
+    code, _, err = await cli("stats", "--url", f"http://127.0.0.1:{free_port()}")
+    assert code == 1 and "cannot reach a floodway server" in err and "Traceback" not in err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"ok": 1}\n[1, 2]\n')
+    code, _, err = await cli("batch", str(bad), "--kind", "img", "--url", url)
+    assert code == 2 and "bad.jsonl:2" in err
+
+
+async def test_bad_config_names_the_key_and_file(tmp_path: Path) -> None:
+    config = tmp_path / "floodway.toml"
+    config.write_text("[resources.llm]\nconcurrency = -3\n")
+    code, _, err = await cli("worker", "--config", str(config))
+    assert code == 2 and "resources.llm.concurrency" in err and str(config) in err
+    assert "Traceback" not in err
