@@ -12,7 +12,7 @@ import httpx
 
 from floodway.clock import Clock
 from floodway.core.errors import InvalidInput
-from floodway.core.outcome import Applied, Completion
+from floodway.core.outcome import Applied, Cancelled, Completion, Failed, Outcome
 from floodway.core.states import Status
 from floodway.core.task import Lane, NewTask, Task, fingerprint, request_hash
 from floodway.kinds import KindRegistry
@@ -65,6 +65,44 @@ class ChangeHub:
 
 
 @dataclass
+class UpstreamCounts:
+    """What this process saw of the providers (S20): calls, 429s, 5xx, and polls that found
+    the job unfinished. Per process, since start."""
+
+    calls: int = 0
+    throttled: int = 0
+    server_errors: int = 0
+    polls: int = 0
+    idle_polls: int = 0
+
+    def record(self, outcome: Outcome) -> None:
+        if isinstance(outcome, Cancelled):
+            return
+        self.calls += 1
+        if isinstance(outcome, Failed):
+            status = outcome.upstream_status
+            if outcome.throttled or status == 429:
+                self.throttled += 1
+            elif status is not None and status >= 500:
+                self.server_errors += 1
+
+    def record_poll(self, finished: bool) -> None:
+        self.polls += 1
+        self.idle_polls += not finished
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "calls": self.calls,
+            "throttled": self.throttled,
+            "server_errors": self.server_errors,
+            "throttle_rate": self.throttled / self.calls if self.calls else 0.0,
+            "server_error_rate": self.server_errors / self.calls if self.calls else 0.0,
+            "polls": self.polls,
+            "poll_idle_ratio": self.idle_polls / self.polls if self.polls else 0.0,
+        }
+
+
+@dataclass
 class Engine:
     store: Store
     kinds: KindRegistry
@@ -72,6 +110,7 @@ class Engine:
     admission: Admission
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     hub: ChangeHub = field(default_factory=ChangeHub)
+    upstream: UpstreamCounts = field(default_factory=UpstreamCounts)
     alert_hooks: list[AlertHook] = field(default_factory=list)
     alert_url: str = ""
     interactive_depth: int = 5

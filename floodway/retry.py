@@ -45,11 +45,17 @@ class RetryPolicy:
                 ErrorInfo(ErrorClass.RETRYABLE, exc.error_type, exc.message),
                 retry_after=exc.retry_after,
                 throttled=exc.throttled,
+                upstream_status=exc.status,
             )
         if isinstance(exc, InvalidOutput):
-            return Failed(ErrorInfo(ErrorClass.POISON, exc.error_type, exc.message))
+            return Failed(
+                ErrorInfo(ErrorClass.POISON, exc.error_type, exc.message),
+                upstream_status=exc.status,
+            )
         if isinstance(exc, FatalError | HandlerError):
-            return Failed(ErrorInfo(ErrorClass.FATAL, exc.error_type, exc.message))
+            return Failed(
+                ErrorInfo(ErrorClass.FATAL, exc.error_type, exc.message), upstream_status=exc.status
+            )
         if isinstance(exc, TimeoutError | asyncio.TimeoutError | httpx.TimeoutException):
             return Failed(ErrorInfo(ErrorClass.RETRYABLE, "timeout", _describe(exc)))
         if isinstance(exc, ConnectionError | httpx.TransportError):

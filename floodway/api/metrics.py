@@ -26,6 +26,7 @@ class _Snapshot(Collector):
     def __init__(self) -> None:
         self.by_status: dict[str, int] = {}
         self.resources: dict[str, dict[str, Any]] = {}
+        self.upstream: dict[str, float] = {}
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         tasks = GaugeMetricFamily(
@@ -48,6 +49,10 @@ class _Snapshot(Collector):
                 if isinstance(value, int | float):
                     family.add_metric([name], float(value))
             yield family
+        for key, value in sorted(self.upstream.items()):
+            yield GaugeMetricFamily(
+                f"floodway_upstream_{key}", f"provider {key} seen by this process", value=value
+            )
 
 
 class ApiMetrics:
@@ -108,10 +113,15 @@ class ApiMetrics:
                 )
 
     def render(
-        self, stats: StoreStats, resources: Mapping[str, dict[str, Any]], window: Window
+        self,
+        stats: StoreStats,
+        resources: Mapping[str, dict[str, Any]],
+        window: Window,
+        upstream: Mapping[str, float] | None = None,
     ) -> bytes:
         self._snapshot.by_status = dict(stats.by_status)
         self._snapshot.resources = dict(resources)
+        self._snapshot.upstream = dict(upstream or {})
         self.observe_window(window)
         return generate_latest(self.registry)
 

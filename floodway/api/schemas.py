@@ -174,6 +174,11 @@ class StatsOut(BaseModel):
     retrying: int
     dead_letters: int
     resources: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    upstream: dict[str, float] = Field(
+        default_factory=dict,
+        description="this process's provider calls: calls, throttled (429), server_errors "
+        "(5xx), their rates, polls and poll_idle_ratio",
+    )
 
 
 class HealthOut(BaseModel):

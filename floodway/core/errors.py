@@ -80,9 +80,11 @@ class HandlerError(FloodwayError):
 
     error_type: str = "handler_error"
 
-    def __init__(self, message: str, *, type: str | None = None) -> None:
+    def __init__(self, message: str, *, type: str | None = None, status: int | None = None) -> None:
         super().__init__(message)
         self.message = message
+        #: the provider's HTTP status, when the failure was an HTTP answer (metrics count 5xx)
+        self.status = status
         if type is not None:
             self.error_type = type
 
@@ -97,8 +99,11 @@ class RetryableError(HandlerError):
         retry_after: float | None = None,
         throttled: bool = False,
         type: str | None = None,
+        status: int | None = None,
     ) -> None:
-        super().__init__(message, type=type or ("rate_limited" if throttled else None))
+        super().__init__(
+            message, type=type or ("rate_limited" if throttled else None), status=status
+        )
         self.retry_after = retry_after
         # A throttle (429) is the resource's problem, not the task's: it does not use an attempt.
         self.throttled = throttled

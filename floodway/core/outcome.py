@@ -24,6 +24,7 @@ class Failed:
     retry_after: float | None = None
     throttled: bool = False
     usage: float | None = None
+    upstream_status: int | None = None  # the provider's HTTP status, if it answered one
 
 
 @dataclass(frozen=True)

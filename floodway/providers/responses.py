@@ -104,11 +104,13 @@ def error_for(response: httpx.Response, now: float, what: str) -> HandlerError:
     wait = retry_after_s(response.headers, now)
     if status == 429:
         if kind in FATAL_THROTTLE_TYPES:
-            return FatalError(text, type=kind)
-        return RetryableError(text, retry_after=wait, throttled=True, type=kind or "rate_limited")
+            return FatalError(text, type=kind, status=status)
+        return RetryableError(
+            text, retry_after=wait, throttled=True, type=kind or "rate_limited", status=status
+        )
     if status in RETRYABLE_STATUSES or status >= 500:
-        return RetryableError(text, retry_after=wait, type=kind or f"http_{status}")
-    return FatalError(text, type=kind or f"http_{status}")
+        return RetryableError(text, retry_after=wait, type=kind or f"http_{status}", status=status)
+    return FatalError(text, type=kind or f"http_{status}", status=status)
 
 
 def keep_headers(ctx: Context, response: httpx.Response) -> None:

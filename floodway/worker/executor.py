@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 
 import jsonschema
 
@@ -51,8 +52,7 @@ async def execute(spec: KindSpec, ctx: Context, policy: RetryPolicy, clock: Cloc
     except asyncio.CancelledError:
         return Cancelled("handler cancelled")
     except Exception as exc:
-        failed = policy.classify(exc)
-        return Failed(failed.error, failed.retry_after, failed.throttled, ctx.usage)
+        return dataclasses.replace(policy.classify(exc), usage=ctx.usage)
     if spec.output_schema is not None:
         try:
             jsonschema.validate(result, spec.output_schema)

@@ -226,6 +226,7 @@ class Worker:
             from floodway.core.task import ErrorClass, ErrorInfo
 
             outcome = Failed(ErrorInfo(ErrorClass.RETRYABLE, "internal", "executor failed"))
+        engine.upstream.record(outcome)
         item = engine.policy.decide(run.task, outcome, engine.clock.now())
         settlement = Settlement(
             actual_cost=run.ctx.usage,

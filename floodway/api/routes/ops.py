@@ -55,6 +55,7 @@ async def stats(tenant: Tenant, state: State) -> StatsOut:
         retrying=counts.by_status.get("retrying", 0),
         dead_letters=counts.by_status.get("dead", 0),
         resources=await resource_snapshot(fw.engine),
+        upstream=fw.engine.upstream.as_dict(),
     )
 
 
@@ -70,6 +71,7 @@ async def metrics(state: State) -> Response:
         await fw.store.stats(),
         await resource_snapshot(fw.engine),
         await state.recent.window(fw.store),
+        fw.engine.upstream.as_dict(),
     )
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
