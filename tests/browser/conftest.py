@@ -202,11 +202,16 @@ async def open_page(browser: Any) -> AsyncIterator[Callable[..., Awaitable[Watch
     contexts = []
 
     async def open_page(
-        url: str, *, wait_for: str | None = "#states .state-count[data-value]"
+        url: str,
+        *,
+        wait_for: str | None = "#states .state-count[data-value]",
+        routes: dict[str, Callable[[Any], Awaitable[None]]] | None = None,
     ) -> Watched:
         context = await browser.new_context(viewport={"width": 1280, "height": 900})
         contexts.append(context)
         page = await context.new_page()
+        for pattern, handler in (routes or {}).items():  # before the first request
+            await page.route(pattern, handler)
         watched = Watched(page)
         page.on(
             "console",

@@ -310,8 +310,8 @@ async def test_screenshot(dash: Dash, open_page: OpenPage) -> None:
 async def test_upstream_429_and_5xx_rates_from_an_upstream_section(
     dash: Dash, open_page: OpenPage
 ) -> None:
-    """When /v1/stats carries ``upstream`` counters (proposed), the page charts their rates:
-    per minute, and as a share of calls."""
+    """The page charts the ``upstream`` counters of /v1/stats as rates: per minute, and as a
+    share of calls (the counters are replaced, from the first poll on, by known values)."""
     polls = 0
 
     async def with_upstream(route: Any) -> None:
@@ -322,9 +322,10 @@ async def test_upstream_429_and_5xx_rates_from_an_upstream_section(
         body["upstream"] = {"calls": 60 * polls, "throttled": 3 * polls, "server_errors": 6 * polls}
         await route.fulfill(response=response, json=body)
 
-    watched = await open_page(f"{dash.url}/?poll=300", wait_for=None)
+    watched = await open_page(
+        f"{dash.url}/?poll=300", wait_for=None, routes={"**/v1/stats": with_upstream}
+    )
     page = watched.page
-    await page.route("**/v1/stats", with_upstream)
     await page.wait_for_selector('[data-metric="server_errors_per_min"]:has-text("% of calls")')
     assert "(5.0 % of calls)" in await page.inner_text('[data-metric="throttled_per_min"]')
     assert "(10.0 % of calls)" in await page.inner_text('[data-metric="server_errors_per_min"]')
