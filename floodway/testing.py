@@ -92,13 +92,17 @@ class SimulatedProvider:
             roll = self._rng.random()
             forced = value.get("fail") if isinstance(value, dict) else None
             if forced == "5xx" or roll < self.error_rate:
-                raise RetryableError("simulated 503 Service Unavailable", type="http_503")
+                raise RetryableError(
+                    "simulated 503 Service Unavailable", type="http_503", status=503
+                )
             roll -= self.error_rate
             if forced == "429" or roll < self.throttle_rate:
-                raise RetryableError("simulated 429", retry_after=1.0, throttled=True)
+                raise RetryableError("simulated 429", retry_after=1.0, throttled=True, status=429)
             roll -= self.throttle_rate
             if forced == "refusal" or roll < self.fatal_rate:
-                raise FatalError("simulated content policy refusal", type="content_policy")
+                raise FatalError(
+                    "simulated content policy refusal", type="content_policy", status=400
+                )
             roll -= self.fatal_rate
             self.ledger[key] += 1
             if forced == "malformed" or roll < self.malformed_rate:
