@@ -143,6 +143,10 @@ class Store(Protocol):
 
     async def stats(self) -> StoreStats: ...
 
+    async def batch_counts(self, batch_id: str, tenant: str | None) -> dict[str, int]:
+        """Tasks of a batch per status (empty: no such batch for this tenant)."""
+        ...
+
     # -- the worker's hot path ----------------------------------------------------------
     async def ready(self, query: ReadyQuery) -> list[Candidate]:
         """Ready tasks, up to ``query.limit`` per tenant, in dispatch order (interactive first,

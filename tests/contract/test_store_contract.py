@@ -904,3 +904,15 @@ async def test_postgres_survives_its_connections_being_killed(backend: Backend) 
         await asyncio.sleep(0)
         await other.submit([task(n=3)], NOW)
         assert await waiting  # and hears other processes again
+
+
+async def test_batch_counts_per_status_scoped_to_the_tenant(store: Store) -> None:
+    await store.submit([task(n=i, batch_id="b1", tenant="acme") for i in range(3)], NOW)
+    await store.submit([task(n=9, batch_id="b2", tenant="acme")], NOW)
+    claimed = await store.claim(ClaimParams("w", "tok", KINDS, 1, NOW, 30))
+    assert await store.batch_counts("b1", "acme") == {"queued": 2, "running": 1} or (
+        claimed[0].batch_id != "b1"
+    )
+    assert sum((await store.batch_counts("b1", None)).values()) == 3
+    assert await store.batch_counts("b1", "other-tenant") == {}
+    assert await store.batch_counts("nope", None) == {}

@@ -80,19 +80,9 @@ async def submit_batch(
 )
 async def batch_status(batch_id: str, tenant: Tenant, state: State) -> BatchStatus:
     counts = {s.value: 0 for s in Status}
-    total = 0
-    after = 0
     if len(batch_id) <= 64:
-        while True:
-            page = await state.fw.list(
-                TaskQuery(tenant=tenant, batch_id=batch_id, after_seq=after, limit=_PAGE)
-            )
-            for task in page:
-                counts[task.status.value] += 1
-            total += len(page)
-            if len(page) < _PAGE:
-                break
-            after = page[-1].seq
+        counts.update(await state.fw.store.batch_counts(batch_id, tenant))
+    total = sum(counts.values())
     if total == 0:
         raise ApiProblem(
             404, "batch-not-found", f"no batch {batch_id[:64]!r}", batch_id=batch_id[:64]

@@ -328,3 +328,8 @@ SELECT version FROM schema_migrations ORDER BY version;
 
 -- name: migration_done
 INSERT INTO schema_migrations (version, name) VALUES (%(version)s, %(name)s);
+
+-- name: batch_counts
+SELECT status, count(*) AS count FROM tasks
+WHERE batch_id = %(batch_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+GROUP BY status;

@@ -264,6 +264,11 @@ class PostgresStore:
             by_kind.setdefault(r["kind"], {})[r["status"]] = r["count"]
         return StoreStats(by_status, by_kind)
 
+    async def batch_counts(self, batch_id: str, tenant: str | None) -> dict[str, int]:
+        params = {"batch_id": batch_id, "tenant": tenant}
+        rows = await self._read(lambda c: many(c, "batch_counts", params))
+        return {r["status"]: r["count"] for r in rows}
+
     # -- the worker's hot path -------------------------------------------------------------
     async def ready(self, query: ReadyQuery) -> list[Candidate]:
         params = {"kinds": list(query.kinds), "now": query.now, "limit": query.limit}

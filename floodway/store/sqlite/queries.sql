@@ -247,3 +247,8 @@ ORDER BY callback_next_at LIMIT :limit;
 UPDATE tasks SET callback_state = :state, callback_attempts = callback_attempts + 1,
     callback_next_at = :next_at
 WHERE id = :id AND callback_state = 'pending';
+
+-- name: batch_counts
+SELECT status, count(*) AS count FROM tasks
+WHERE batch_id = :batch_id AND (:tenant IS NULL OR tenant = :tenant)
+GROUP BY status;

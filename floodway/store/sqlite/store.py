@@ -214,6 +214,11 @@ class SqliteStore:
             by_kind.setdefault(kind, {})[status] = count
         return StoreStats(by_status, by_kind)
 
+    async def batch_counts(self, batch_id: str, tenant: str | None) -> dict[str, int]:
+        params = {"batch_id": batch_id, "tenant": tenant}
+        rows = await self._read(lambda c: c.execute(Q["batch_counts"], params).fetchall())
+        return {r["status"]: r["count"] for r in rows}
+
     # -- the worker's hot path -------------------------------------------------------------
     async def ready(self, query: ReadyQuery) -> list[Candidate]:
         params = {"kinds": json.dumps(query.kinds), "now": query.now, "limit": query.limit}

@@ -1,0 +1,47 @@
+"""Q1's setup: 10 concurrent requests allowed, 500 ms +-20 %, 5 % answered 5xx.
+
+Worker process (C1): ``floodway worker --app bench.apps.q1:fw`` with ``FLOODWAY_DATABASE`` and
+``SIM_URL`` set; without them importing this module builds nothing (``fw`` is None).
+"""
+
+from __future__ import annotations
+
+import os
+
+from bench.apps.provider import provider_settings
+from floodway import Floodway
+from floodway.config import ResourceConfig, Settings
+from floodway.providers.sim import SimulatorConfig
+
+CAP = 10
+LATENCY_MS = 500.0
+JITTER = 0.2
+ERROR_RATE = 0.05
+TASKS = 200
+#: the worker may run more tasks than the provider cap: the resource, not the worker, limits
+WORKER_CONCURRENCY = 2 * CAP
+
+
+def simulator(seed: int, latency_ms: float = LATENCY_MS) -> SimulatorConfig:
+    return SimulatorConfig(
+        latency_ms=latency_ms,
+        latency_jitter=JITTER,
+        max_concurrency=CAP,
+        error_rate=ERROR_RATE,
+        seed=seed,
+    )
+
+
+def settings(sim_url: str, database: str) -> Settings:
+    # headroom 1.0: the cap is exact (a concurrency slot has no window to overshoot).
+    return provider_settings(sim_url, database, ResourceConfig(concurrency=CAP, headroom=1.0))
+
+
+def _from_env() -> Floodway | None:
+    database, sim_url = os.environ.get("FLOODWAY_DATABASE"), os.environ.get("SIM_URL")
+    if not database or not sim_url:
+        return None
+    return Floodway(settings=settings(sim_url, database))
+
+
+fw = _from_env()

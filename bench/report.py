@@ -1,0 +1,255 @@
+"""Render bench/results/*.json as one Markdown table (id, scenario, figures, floor, result).
+
+    python -m bench.report            # full-size results; also writes bench/results/README.md
+    python -m bench.report --quick    # prefer the -quick results where a scenario has them
+
+Each benchmark writes its own shape of JSON; the readers below know the shapes in use
+(``bench.quota``/``bench.crash``: id, figures, floor, passed; ``bench.throughput``: T1;
+``bench.scale``: T2; ``bench.upstream``: U1) and fall back to a generic reading for others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS
+
+ORDER = ("T1", "T2", "Q1", "Q2", "Q3", "Q4", "Q4b", "Q5", "U1", "U2", "C1", "F1", "F2")
+QUICK_SUFFIX = "-quick"
+# BENCH.md's reference points for T1: Dramatiq, the fastest Python queue measured there.
+T1_DRAINED_PER_S = 2_100
+T1_SUBMITTED_PER_S = 5_500
+
+Data = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    scenario: str
+    figures: str
+    floor: str
+    passed: bool | None  # None: reported, not judged
+    source: str
+    when: str
+
+    def markdown(self) -> str:
+        result = {True: "pass", False: "**MISS**", None: "reported"}[self.passed]
+        cells = (self.id, self.scenario, self.figures, self.floor, result, self.source)
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return "n/a"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {fmt(v)}" for k, v in value.items())
+    return str(value)
+
+
+def figures_text(figures: Data, keys: list[str] | None = None) -> str:
+    shown = keys if keys is not None else list(figures)
+    return "; ".join(f"{k} {fmt(figures[k])}" for k in shown if k in figures)
+
+
+# -- readers, one per shape of result file -----------------------------------------------------
+def read_own(path: Path, data: Data) -> Row:
+    """bench.quota / bench.crash: they say their id, figures, floor and verdict."""
+    return Row(
+        data["id"],
+        data.get("scenario", ""),
+        figures_text(data["figures"], data.get("shown")),
+        data.get("floor", ""),
+        data.get("passed"),
+        path.name,
+        _when(data),
+    )
+
+
+def read_throughput(path: Path, data: Data) -> Row:
+    workers = data.get("worker_processes") or "inline"
+    scenario = f"{data.get('tasks', '?')} no-op tasks, {data.get('backend')}, workers {workers}"
+    submitted, drained = data["submitted_per_s"], data["drained_per_s"]
+    return Row(
+        "T1",
+        scenario,
+        f"submitted/s {fmt(submitted)}; drained/s {fmt(drained)}; runs {len(data['runs'])}",
+        f"ahead of Dramatiq: > {T1_SUBMITTED_PER_S:,} submitted/s, > {T1_DRAINED_PER_S:,} "
+        "drained/s",
+        submitted > T1_SUBMITTED_PER_S and drained > T1_DRAINED_PER_S,
+        path.name,
+        _when(data),
+    )
+
+
+def read_scale(path: Path, data: Data) -> Row:
+    small, big = data["small"], data["big"]
+    ratio, rss = data["p99_ratio_big_to_small"], data["peak_rss_mb"]
+    figures = (
+        f"p50/p99 claim ms: {small['queued']:,} queued {fmt(small['claim_p50_ms'])}/"
+        f"{fmt(small['claim_p99_ms'])}, {big['queued']:,} queued {fmt(big['claim_p50_ms'])}/"
+        f"{fmt(big['claim_p99_ms'])}; p99 ratio {fmt(ratio)}; RSS {fmt(rss)} MB"
+    )
+    return Row(
+        "T2",
+        "claim latency and RSS, 1k vs 1M queued, SQLite",
+        figures,
+        "p99 at 1M within 2x of 1k; RSS < 200 MB",
+        ratio <= 2 and rss < 200,
+        path.name,
+        _when(data),
+    )
+
+
+def read_upstream(path: Path, data: Data) -> Row:
+    return Row(
+        "U1",
+        data.get("scenario", ""),
+        figures_text(data["median_over_seeds"]),
+        fmt(data.get("targets", {})),
+        data.get("met"),
+        path.name,
+        _when(data),
+    )
+
+
+def read_fleet(path: Path, data: Data) -> Row:
+    """bench.fleet: F1 (PostgreSQL + Redis, 4 workers) and F2-<fault> (a worker killed,
+    Redis stopped)."""
+    name = str(data["scenario"])
+    keys = ["makespan_over_optimum", "provider_peak_concurrency", "provider_429s", "lost",
+            "charged_twice", "failed", "limit_exceeded"]
+    if name == "F1":
+        floor = "peak <= 10; 429s 0; makespan/optimum <= 1.10"
+        passed = (
+            data["provider_peak_concurrency"] <= 10
+            and data["provider_429s"] == 0
+            and data["makespan_over_optimum"] <= 1.10
+        )
+    else:
+        floor = "lost 0; charged twice 0; limit never exceeded"
+        passed = data["lost"] == 0 and data["charged_twice"] == 0 and not data["limit_exceeded"]
+    setup = data.get("setup", {})
+    scenario = f"{name}: {fmt(setup)}" if setup else name
+    return Row(
+        name.split("-")[0],
+        scenario,
+        figures_text(data, keys),
+        floor,
+        bool(passed),
+        path.name,
+        _when(data),
+    )
+
+
+def read_generic(path: Path, data: Data) -> Row:
+    scalars = {k: v for k, v in data.items() if isinstance(v, int | float | bool)}
+    verdict = data.get("passed", data.get("met"))
+    return Row(
+        str(data.get("id", path.stem)),
+        str(data.get("scenario", "")),
+        figures_text(scalars),
+        fmt(data.get("floor", data.get("targets", ""))),
+        verdict if isinstance(verdict, bool) else None,
+        path.name,
+        _when(data),
+    )
+
+
+Reader = Callable[[Path, Data], Row]
+
+
+def reader_for(data: Data) -> Reader:
+    if "id" in data and isinstance(data.get("figures"), dict):
+        return read_own
+    if data.get("scenario") == "T1" and "drained_per_s" in data:
+        return read_throughput
+    if data.get("scenario") == "T2" and "p99_ratio_big_to_small" in data:
+        return read_scale
+    if isinstance(data.get("median_over_seeds"), dict):
+        return read_upstream
+    if str(data.get("scenario", "")).startswith("F") and "limit_exceeded" in data:
+        return read_fleet
+    return read_generic
+
+
+def _when(data: Data) -> str:
+    return str(data.get("machine", {}).get("when", ""))
+
+
+# -- choosing files and rendering ----------------------------------------------------------------
+def result_files(quick: bool) -> list[Path]:
+    """Every result file, with one of each full/quick pair: the quick one only if asked."""
+    paths = {p.stem: p for p in sorted(RESULTS.glob("*.json"))}
+    chosen = []
+    for stem, path in paths.items():
+        is_quick = stem.endswith(QUICK_SUFFIX)
+        twin = stem.removesuffix(QUICK_SUFFIX) if is_quick else stem + QUICK_SUFFIX
+        if is_quick and not quick and twin in paths:
+            continue
+        if not is_quick and quick and twin in paths:
+            continue
+        chosen.append(path)
+    return chosen
+
+
+def rows(quick: bool = False) -> list[Row]:
+    out = []
+    for path in result_files(quick):
+        try:
+            data = json.loads(path.read_text())
+            out.append(reader_for(data)(path, data))
+        except (ValueError, KeyError, TypeError) as exc:
+            out.append(Row(path.stem, "unreadable result", str(exc), "", False, path.name, ""))
+    rank = {k: i for i, k in enumerate(ORDER)}
+    return sorted(out, key=lambda r: (rank.get(r.id, len(ORDER)), r.id, r.source))
+
+
+def render(quick: bool = False) -> str:
+    table = rows(quick)
+    lines = [
+        "# Benchmark results",
+        "",
+        "Generated by `python -m bench.report` from `bench/results/*.json` (run everything with",
+        "`python -m bench.run_all`). Scenarios and floors: BENCH.md; how each optimum is defined:",
+        "the `definitions` field of each result file and the docstrings of `bench/quota.py` and",
+        "`bench/crash.py`. Figures are medians over runs; counts that must be zero are the worst",
+        "run." + (" Quick sizes where a scenario has one." if quick else ""),
+        "",
+        "| id | scenario | figures | floor | result | file |",
+        "|---|---|---|---|---|---|",
+        *(r.markdown() for r in table),
+        "",
+    ]
+    missed = [r.id for r in table if r.passed is False]
+    lines.append(f"Floors missed: {', '.join(missed)}." if missed else "Every judged floor met.")
+    machines = {r.when for r in table if r.when}
+    if machines:
+        lines.append(f"Runs from {min(machines)} to {max(machines)}.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="prefer the -quick results")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args()
+    text = render(args.quick)
+    print(text)
+    if not args.no_write:
+        (RESULTS / "README.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
