@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import os
 import socket
@@ -61,8 +62,9 @@ class Worker:
         self._loops: list[asyncio.Task[None]] = []
         self.claimed = 0
         self.completed = 0
-        #: the earliest retry this worker scheduled: the idle wait ends then, not a poll later
-        self._next_due: float | None = None
+        #: retries this worker scheduled (a heap of due times): the idle wait ends at the
+        #: earliest, not a poll interval later
+        self._due: list[float] = []
         # -- upstream jobs: parked tasks are polled by this loop, not by a held worker slot --
         self.upstream = UpstreamPoller(
             engine, owner=self.owner, lease_s=self.options.lease_s, idle_s=self.options.idle_poll_s
@@ -138,11 +140,10 @@ class Worker:
         hint = engine.admission.next_admission_in(now)
         if hint is not None:
             timeout = max(0.001, min(timeout, hint))
-        if self._next_due is not None:
-            if self._next_due <= now:
-                self._next_due = None
-            else:
-                timeout = max(0.001, min(timeout, self._next_due - now))
+        while self._due and self._due[0] <= now:
+            heapq.heappop(self._due)
+        if self._due:
+            timeout = max(0.001, min(timeout, self._due[0] - now))
         local = asyncio.ensure_future(wait_event(engine.clock, engine.hub.work_available, timeout))
         remote = asyncio.ensure_future(engine.store.wait_for_change(timeout))
         freed = asyncio.ensure_future(self._slot_freed.wait())
@@ -250,8 +251,7 @@ class Worker:
                 log.exception("could not write the outcome of %s", run.task.id)
                 return
             if applied[0].applied and item.next_attempt_at is not None:
-                due = item.next_attempt_at
-                self._next_due = due if self._next_due is None else min(self._next_due, due)
+                heapq.heappush(self._due, item.next_attempt_at)
             if not applied[0].applied:
                 log.warning(
                     "task %s: outcome %s refused (now %s)",

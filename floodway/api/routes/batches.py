@@ -15,12 +15,10 @@ from floodway.api.state import ApiState, api_state
 from floodway.api.submission import admit_submit, options, precheck
 from floodway.core.states import TERMINAL, Status
 from floodway.core.task import new_id
-from floodway.store.base import TaskQuery
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
 State = Annotated[ApiState, Depends(api_state)]
-_PAGE = 1000
 
 
 @router.post(
