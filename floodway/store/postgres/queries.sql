@@ -136,9 +136,9 @@ FROM tenants CROSS JOIN LATERAL (
     WHERE y.tenant = tenants.name AND y.status IN ('queued', 'retrying')
       AND y.waits_for IS NULL AND y.next_attempt_at <= %(now)s
       AND y.kind = ANY(%(kinds)s::text[])
-    ORDER BY y.lane_rank, y.next_attempt_at, y.seq
+    ORDER BY y.lane_rank, y.seq
     LIMIT %(limit)s) AS t
-ORDER BY t.lane_rank, t.next_attempt_at, t.seq;
+ORDER BY t.lane_rank, t.seq;
 
 -- One statement: pick in dispatch order along tasks_ready, skipping rows another claimer
 -- holds, and move them to running. MATERIALIZED runs the pick exactly once, so LIMIT bounds
@@ -148,7 +148,7 @@ WITH picked AS MATERIALIZED (
     SELECT seq FROM tasks
     WHERE status IN ('queued', 'retrying') AND waits_for IS NULL
       AND next_attempt_at <= %(now)s AND kind = ANY(%(kinds)s::text[])
-    ORDER BY lane_rank, next_attempt_at, seq
+    ORDER BY lane_rank, seq
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED)
 UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = %(owner)s,

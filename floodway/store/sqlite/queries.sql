@@ -100,9 +100,9 @@ FROM tenants JOIN tasks t ON t.seq IN (
     WHERE y.tenant = tenants.name AND y.status IN ('queued', 'retrying')
       AND y.waits_for IS NULL AND y.next_attempt_at <= :now
       AND y.kind IN (SELECT value FROM json_each(:kinds))
-    ORDER BY y.lane_rank, y.next_attempt_at, y.seq
+    ORDER BY y.lane_rank, y.seq
     LIMIT :limit)
-ORDER BY t.lane_rank, t.next_attempt_at, t.seq;
+ORDER BY t.lane_rank, t.seq;
 
 -- name: claim_next
 UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = :owner,
@@ -114,7 +114,7 @@ WHERE seq IN (
     SELECT seq FROM tasks INDEXED BY tasks_ready
     WHERE status IN ('queued', 'retrying') AND waits_for IS NULL AND next_attempt_at <= :now
       AND kind IN (SELECT value FROM json_each(:kinds))
-    ORDER BY lane_rank, next_attempt_at, seq
+    ORDER BY lane_rank, seq
     LIMIT :limit)
 RETURNING *;
 
