@@ -24,6 +24,7 @@ from floodway.engine import Engine
 from floodway.limits.base import Permit, Settlement
 from floodway.providers.base import ParkUpstream
 from floodway.store.base import ClaimParams, ReadyQuery
+from floodway.worker.completer import Completer
 from floodway.worker.executor import execute
 from floodway.worker.upstream import UpstreamPoller
 
@@ -62,6 +63,7 @@ class Worker:
         self._loops: list[asyncio.Task[None]] = []
         self.claimed = 0
         self.completed = 0
+        self.completer = Completer(engine.store, engine.clock)
         #: retries this worker scheduled (a heap of due times): the idle wait ends at the
         #: earliest, not a poll interval later
         self._due: list[float] = []
@@ -245,7 +247,7 @@ class Worker:
                 log.warning("task %s: lease lost, result dropped", run.task.id)
                 return
             try:
-                applied = await engine.store.complete([item], engine.clock.now())
+                applied = [await self.completer.write(item)]
             except Exception:
                 # The lease will expire and the sweeper will reconcile the task.
                 log.exception("could not write the outcome of %s", run.task.id)
