@@ -12,9 +12,11 @@ reconnects by itself with backoff and reports a change when it is back.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -60,6 +62,20 @@ _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 #: Failures that only mean "another writer got there first": the transaction is re-run.
 _RETRYABLE = (pgerrors.DeadlockDetected, pgerrors.SerializationFailure)
 _WRITE_TRIES = 3
+#: writes that share one transaction at most, and transactions committing at once
+_GROUP_MAX = 256
+_FLUSHERS = 2
+
+
+class _OneWriteFailed(Exception):
+    """A write of an optimistic group failed: run the group again with savepoints."""
+
+
+@dataclass
+class _PendingWrite:
+    op: WriteOp[Any]
+    wake: bool
+    done: asyncio.Future[Any]
 
 
 def redact(url: str) -> str:
@@ -93,6 +109,8 @@ class PostgresStore:
         self._min_size, self._max_size, self._timeout_s = min_size, max_size, timeout_s
         self._kwargs = self._connect_kwargs(url, schema)
         self._listeners: list[ChangeListener] = []
+        self._queued: list[_PendingWrite] = []
+        self._flushers: set[asyncio.Task[None]] = set()
         self._pool: Pool | None = None
         self._feed: ChangeFeed | None = None
 
@@ -190,25 +208,96 @@ class PostgresStore:
             raise StoreError(f"{self._safe_url}: {exc}") from exc
 
     async def _write(self, op: WriteOp[T], *, wake: bool = False) -> T:
-        """Run ``op`` in one transaction; NOTIFY other processes if it changed a task (or
-        ``wake``); then tell this process's listeners. A deadlock is retried."""
-        pool = self._require_pool()
-        for attempt in range(1, _WRITE_TRIES + 1):
-            changes: list[TaskChange] = []
+        """Run ``op`` in a transaction; NOTIFY other processes if it changed a task (or
+        ``wake``); then tell this process's listeners.
+
+        Group commit: the writes waiting when a transaction starts share it, each in its own
+        savepoint, so a burst of submits or completions pays for one commit, not hundreds.
+        A deadlock retries the whole group; any other error fails only its own write."""
+        self._require_pool()
+        done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queued.append(_PendingWrite(op, wake, done))
+        # Count live flushers only: one that has just returned may still sit in the set
+        # until its done-callback runs, and it will not see this write.
+        if sum(not f.done() for f in self._flushers) < _FLUSHERS:
+            flusher = asyncio.create_task(self._flush(), name="floodway-pg-commit")
+            self._flushers.add(flusher)
+            flusher.add_done_callback(self._flushers.discard)
+        return await done
+
+    async def _flush(self) -> None:
+        await asyncio.sleep(0)  # one loop tick: let the writes issued now join
+        while self._queued:
+            group, self._queued = self._queued[:_GROUP_MAX], self._queued[_GROUP_MAX:]
+            await self._commit_group(group)
+
+    async def _commit_group(self, group: list[_PendingWrite]) -> None:
+        # Optimistic first: no savepoints (two round trips less per write). A write that
+        # fails rolls the group back and the group runs again, each write in a savepoint.
+        isolate = len(group) == 1
+        attempt = 1
+        while True:
             try:
-                async with pool.connection() as conn, conn.transaction():
-                    value = await op(conn, changes)
-                    if changes or wake:
-                        await conn.execute(Q["notify_changes"])
-            except _RETRYABLE as exc:
-                if attempt == _WRITE_TRIES:
-                    raise StoreError(f"{self._safe_url}: {exc}") from exc
+                outcomes = await self._run_group(group, isolate)
+            except _OneWriteFailed:
+                isolate = True
                 continue
+            except _RETRYABLE as exc:
+                if attempt < _WRITE_TRIES:
+                    attempt += 1
+                    continue
+                self._fail_group(group, StoreError(f"{self._safe_url}: {exc}"))
+                return
             except psycopg.Error as exc:
-                raise StoreError(f"{self._safe_url}: {exc}") from exc
-            self._notify(changes)
-            return value
-        raise AssertionError("unreachable")  # pragma: no cover
+                self._fail_group(group, StoreError(f"{self._safe_url}: {exc}"))
+                return
+            except BaseException as exc:
+                self._fail_group(group, exc)
+                raise
+            break
+        self._notify([c for _, _, changes in outcomes for c in changes])
+        for write, (value, error, _) in zip(group, outcomes, strict=True):
+            if write.done.done():
+                continue
+            if isinstance(error, psycopg.Error):
+                error = StoreError(f"{self._safe_url}: {error}")
+            if error is None:
+                write.done.set_result(value)
+            else:
+                write.done.set_exception(error)
+
+    async def _run_group(
+        self, group: list[_PendingWrite], isolate: bool
+    ) -> list[tuple[Any, BaseException | None, list[TaskChange]]]:
+        outcomes: list[tuple[Any, BaseException | None, list[TaskChange]]] = []
+        async with self._require_pool().connection() as conn, conn.transaction():
+            notify = False
+            for write in group:
+                changes: list[TaskChange] = []
+                try:
+                    if isolate:
+                        async with conn.transaction():  # a savepoint per write
+                            value = await write.op(conn, changes)
+                    else:
+                        value = await write.op(conn, changes)
+                except _RETRYABLE:
+                    raise
+                except Exception as exc:
+                    if not isolate:
+                        raise _OneWriteFailed from exc
+                    outcomes.append((None, exc, []))
+                    continue
+                outcomes.append((value, None, changes))
+                notify = notify or bool(changes) or write.wake
+            if notify:
+                await conn.execute(Q["notify_changes"])
+        return outcomes
+
+    @staticmethod
+    def _fail_group(group: list[_PendingWrite], error: BaseException) -> None:
+        for write in group:
+            if not write.done.done():
+                write.done.set_exception(error)
 
     async def wait_for_change(self, timeout: float) -> bool:
         if self._feed is None:
