@@ -14,6 +14,7 @@ from floodway.config import KindConfig, Settings, load_settings
 from floodway.core.errors import ConfigError, TaskNotFound, WaitTimeout
 from floodway.core.task import Submitted, Task
 from floodway.engine import AlertHook, Engine
+from floodway.fleet import watch_local_limits
 from floodway.kinds import CostFn, Handler, KindRegistry, KindSpec, Lookup, Poll
 from floodway.limits.base import Admission
 from floodway.maintenance.loop import Maintenance
@@ -293,9 +294,12 @@ class Floodway:
         self._workers.append(worker)
         if maint is not None:
             maint.start()
+        # warns when other workers share this ledger while limits are per process (no Redis)
+        watch = watch_local_limits(self.engine, worker.owner)
         try:
             yield worker
         finally:
+            await watch.stop()
             if maint is not None:
                 await maint.stop()
             await worker.stop(grace_s)

@@ -16,7 +16,10 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from floodway.limits import redis_scripts as lua
@@ -63,6 +66,7 @@ class RedisLimiterBackend:
             timeout=timeout_s,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
+            retry=_stale_connection_retry(),
         )
         return cls(aioredis.Redis.from_pool(pool), prefix, owns_client=True)
 
@@ -164,6 +168,20 @@ class RedisLimiterBackend:
             return await pending
         except (RedisError, OSError) as exc:
             raise LimiterUnavailable(f"the limiter's Redis is unavailable: {exc}") from exc
+
+
+def _stale_connection_retry() -> Retry:
+    """One immediate retry on a new connection when the pooled one turns out dead.
+
+    After Redis restarts, every connection idle in the pool still looks open; without a retry
+    the first command on each fails -- and when that command was a slot release, the slot
+    stays held until its TTL (and its task cannot be admitted again until then). Only
+    ConnectionError is retried: on a pooled connection it almost always means the command
+    never reached the server now answering. (Were a live server's connection cut after it ran
+    a script, the scripts run twice are harmless -- a second acquire is refused as ``held``,
+    releases, renewals, pauses and clamps are idempotent -- but for a refund, counted twice.)
+    A TimeoutError is not retried: the server may still be running the first call."""
+    return Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
 
 
 def _spec(bucket: Bucket) -> list[str | float | int]:

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 
 from floodway.clock import wait_event
 from floodway.context import Context
+from floodway.core.errors import StoreError
 from floodway.core.outcome import Completion
 from floodway.core.states import Status
 from floodway.core.task import Task, new_token
 from floodway.engine import Engine
+from floodway.limits.backend import LimiterUnavailable
 from floodway.limits.base import Permit, Settlement
 from floodway.providers.base import ParkUpstream
 from floodway.store.base import ClaimParams, ReadyQuery
@@ -122,6 +124,11 @@ class Worker:
             if free > 0:
                 try:
                     claimed = await self._claim(min(free, self.options.claim_batch))
+                except (LimiterUnavailable, StoreError) as exc:
+                    # Fail closed: claim nothing until the limiter and the ledger answer.
+                    log.warning("dispatch paused, retrying in 1 s: %s: %s", type(exc).__name__, exc)
+                    await engine.clock.sleep(1.0)
+                    continue
                 except Exception:
                     log.exception("claim failed; backing off")
                     await engine.clock.sleep(1.0)
@@ -179,7 +186,14 @@ class Worker:
                 self.options.lease_s,
                 ids=tuple(permits),
             )
-        tasks = await engine.store.claim(params)
+        try:
+            tasks = await engine.store.claim(params)
+        except BaseException:
+            # The claim did not land (e.g. PostgreSQL restarting): hand the slots back now
+            # rather than leave them held until they expire.
+            for permit in permits.values():
+                await engine.admission.release(permit, now)
+            raise
         got = {t.id for t in tasks}
         for task_id, permit in permits.items():
             if task_id not in got:

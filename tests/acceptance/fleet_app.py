@@ -1,0 +1,391 @@
+"""A floodway app for fleet runs: one kind, ``img``, that calls the simulated provider over HTTP
+and consumes the resource ``sim`` (in-flight cap ``FLEET_CAP``, default 10).
+
+    FLOODWAY_DATABASE=postgresql://... FLOODWAY_REDIS=redis://... SIM_URL=http://... \\
+        floodway worker --app tests.acceptance.fleet_app:fw --concurrency 10
+
+Every worker process builds the same app, so each one enforces the same resource; with
+``redis`` set the cap holds for the sum over the processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import psycopg
+import redis.asyncio as aioredis
+from psycopg import sql as pgsql
+from redis.exceptions import RedisError
+
+from floodway import Context, FatalError, Floodway, RetryableError
+from floodway.clock import SystemClock
+from floodway.config import ResourceConfig, load_settings
+from floodway.limits.admission import AdmissionTuning, LimitsAdmission
+from floodway.limits.factory import build_backend
+
+RESOURCE = "sim"
+KIND = "img"
+
+
+def build(
+    database: str | None = None,
+    sim_url: str | None = None,
+    *,
+    redis: str | None = None,
+    cap: int | None = None,
+    slot_ttl_s: float | None = None,
+) -> Floodway:
+    """``slot_ttl_s`` (env ``FLEET_SLOT_TTL``; default: floodway's, 120 s) bounds how long a
+    provider slot taken by a process that died before claiming its task stays held."""
+    settings = load_settings(database=database, redis=redis)
+    limit = cap if cap is not None else int(os.environ.get("FLEET_CAP", "10"))
+    settings = settings.model_copy(
+        update={"resources": {RESOURCE: ResourceConfig(concurrency=limit)}}
+    )
+    ttl = slot_ttl_s if slot_ttl_s is not None else float(os.environ.get("FLEET_SLOT_TTL", "0"))
+    if ttl:
+        clock = SystemClock()
+        admission = LimitsAdmission(
+            settings.resources,
+            {KIND: RESOURCE},
+            settings.tenants,
+            build_backend(settings, clock),
+            clock,
+            AdmissionTuning(slot_ttl_s=ttl),
+        )
+        fw = Floodway(settings=settings, clock=clock, admission=admission)
+    else:
+        fw = Floodway(settings=settings)
+    base = sim_url or os.environ.get("SIM_URL", "http://127.0.0.1:9000")
+    clients: dict[str, httpx.AsyncClient] = {}
+
+    def http() -> httpx.AsyncClient:
+        if "c" not in clients:
+            clients["c"] = httpx.AsyncClient(base_url=base, timeout=10)
+        return clients["c"]
+
+    async def lookup(ctx: Context) -> Any:
+        """Recovery: the provider bills per idempotency key; a finished job is taken as is."""
+        r = await http().get("/jobs", params={"idempotency_key": ctx.idempotency_key})
+        if r.status_code != 200:
+            return None
+        body = r.json()
+        return body.get("result") if body.get("status") == "succeeded" else None
+
+    @fw.kind(KIND, resource=RESOURCE, idempotent=True, lookup=lookup)
+    async def generate(ctx: Context, value: dict[str, Any]) -> Any:
+        r = await http().post(
+            "/generate", json=value, headers={"Idempotency-Key": ctx.idempotency_key}
+        )
+        if r.status_code == 429:
+            raise RetryableError("HTTP 429", throttled=True)
+        if r.status_code >= 500 or r.status_code == 409:
+            raise RetryableError(f"HTTP {r.status_code}")
+        if r.status_code >= 400:
+            raise FatalError(r.text)
+        return r.json()["result"]
+
+    return fw
+
+
+fw = build() if os.environ.get("FLOODWAY_DATABASE") else None
+
+
+# -- the harness: real worker processes, a private Redis, a fresh PostgreSQL database ---------
+# Shared by tests/acceptance/test_fleet*.py and bench/fleet.py.
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_URL = os.environ.get("FLOODWAY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def until(predicate: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+    """Poll ``predicate`` every 20 ms until it holds; fail after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not await predicate():
+        if loop.time() > end:
+            raise AssertionError(f"not reached within {timeout:g} s: {what}")
+        await asyncio.sleep(0.02)
+
+
+class RedisServer:
+    """A private ``redis-server`` on a free port (no persistence, like the CI one), so a test
+    can stop and restart its limiter without touching the machine's shared Redis."""
+
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    async def start(self) -> None:
+        self.launch()
+        await until(self.ping, 10, f"redis-server on port {self.port} answers")
+
+    def launch(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+                "--logfile",
+                str(self.workdir / "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    async def ping(self) -> bool:
+        client = aioredis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
+        try:
+            return bool(await client.ping())
+        except (OSError, RedisError):
+            return False
+        finally:
+            await client.aclose()
+
+    def stop(self) -> None:
+        """``redis-cli shutdown nosave``: every key is gone, as after a crash."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        subprocess.run(
+            ["redis-cli", "-p", str(self.port), "shutdown", "nosave"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None
+
+
+@asynccontextmanager
+async def private_redis(workdir: Path) -> AsyncIterator[RedisServer]:
+    server = RedisServer(workdir)
+    await server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@asynccontextmanager
+async def fresh_database(base_url: str = PG_URL) -> AsyncIterator[str]:
+    """A new, empty PostgreSQL database on the server of ``base_url``; dropped afterwards
+    (``WITH (FORCE)``: connections of killed workers do not keep it alive)."""
+    name = f"fw_{uuid.uuid4().hex[:12]}"
+    async with await psycopg.AsyncConnection.connect(base_url, autocommit=True) as admin:
+        await admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
+    try:
+        yield urlunsplit(urlsplit(base_url)._replace(path=f"/{name}"))
+    finally:
+        async with await psycopg.AsyncConnection.connect(base_url, autocommit=True) as admin:
+            await admin.execute(
+                pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
+            )
+
+
+@dataclass
+class WorkerProcess:
+    """One ``floodway worker --app tests.acceptance.fleet_app:fw`` process."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def owns(self, owner: str | None) -> bool:
+        """Whether a lease owner (``host:pid:token``) is one of this process's workers."""
+        return owner is not None and f":{self.pid}:" in owner
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def ready(self) -> bool:
+        return "worker" in self.output() and self.proc.poll() is None
+
+    def count(self, text: str) -> int:
+        return self.output().count(text)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait; SIGKILL if it does not stop in time. The exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait()
+
+
+def spawn_worker(
+    database: str,
+    redis: str,
+    sim_url: str,
+    log: Path,
+    *,
+    lease: str = "2s",
+    concurrency: int = 10,
+    cap: int = 10,
+    slot_ttl_s: float | None = None,
+) -> WorkerProcess:
+    env = {
+        **os.environ,
+        "FLEET_SLOT_TTL": str(slot_ttl_s or 0),
+        "FLOODWAY_DATABASE": database,
+        "FLOODWAY_REDIS": redis,
+        "FLOODWAY_WORKER__LEASE": lease,
+        "FLEET_CAP": str(cap),
+        "SIM_URL": sim_url,
+        "PYTHONPATH": str(ROOT),
+    }
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "floodway.cli",
+                "worker",
+                "--app",
+                "tests.acceptance.fleet_app:fw",
+                "--concurrency",
+                str(concurrency),
+            ],
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    return WorkerProcess(proc, log)
+
+
+def _pg_bin(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
+    return str(candidates[-1]) if candidates else None
+
+
+class PostgresCluster:
+    """A private PostgreSQL server (``initdb`` into a temporary directory, a free port), so a
+    test can restart its ledger without touching the machine's shared server. As root, the
+    server runs as the ``postgres`` user (PostgreSQL refuses to run as root)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.data = workdir / "data"
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+    @staticmethod
+    def missing() -> str | None:
+        for name in ("initdb", "pg_ctl"):
+            if _pg_bin(name) is None:
+                return f"{name} is not installed"
+        if os.geteuid() == 0 and shutil.which("runuser") is None:
+            return "runuser is needed to run PostgreSQL as the postgres user"
+        return None
+
+    def _run(self, tool: str, *args: str) -> None:
+        binary = _pg_bin(tool)
+        assert binary is not None, tool
+        subprocess.run(
+            [*self._as, binary, *args],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def _server_options(self) -> str:
+        return (
+            f"-p {self.port} -k {self.workdir} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c max_connections=200"
+        )
+
+    def init(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if self._as:
+            shutil.chown(self.workdir, "postgres")
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+
+    def start(self) -> None:
+        log = str(self.workdir / "server.log")
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-o", self._server_options(), "-l", log, "-w", "start"
+        )
+
+    def restart(self) -> None:
+        """``pg_ctl restart -m fast``: every session is cut, as in a real restart."""
+        log = str(self.workdir / "server.log")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-m",
+            "fast",
+            "-o",
+            self._server_options(),
+            "-l",
+            log,
+            "-w",
+            "restart",
+        )
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+
+@contextmanager
+def private_postgres(workdir: Path) -> Iterator[PostgresCluster]:
+    cluster = PostgresCluster(workdir)
+    cluster.init()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
