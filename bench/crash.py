@@ -77,8 +77,14 @@ def start_worker(database: str, sim_url: str, log: IO[bytes]) -> subprocess.Pope
         "PYTHONPATH": str(ROOT),
     }
     command = [
-        sys.executable, "-m", "floodway.cli", "worker", "--app", "bench.apps.q1:fw",
-        "--concurrency", str(q1app.WORKER_CONCURRENCY),
+        sys.executable,
+        "-m",
+        "floodway.cli",
+        "worker",
+        "--app",
+        "bench.apps.q1:fw",
+        "--concurrency",
+        str(q1app.WORKER_CONCURRENCY),
     ]
     return subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 
@@ -175,8 +181,18 @@ C1 = Scenario(
     "lost 0; charged twice 0; makespan/optimum reported",
     c1_run,
     Summary(
-        ("makespan_over_optimum", "makespan_s", "optimum_s", "killed_at_s", "running_at_kill",
-         "terminal_at_kill", "provider_idle_after_kill_s", "charged", "requests", "retries"),
+        (
+            "makespan_over_optimum",
+            "makespan_s",
+            "optimum_s",
+            "killed_at_s",
+            "running_at_kill",
+            "terminal_at_kill",
+            "provider_idle_after_kill_s",
+            "charged",
+            "requests",
+            "retries",
+        ),
         ("lost", "double_charged", "failed", "rate_limited_429"),
     ),
     c1_check,
@@ -188,8 +204,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=None, help="default 3 (1 with --quick)")
     parser.add_argument("--quick", action="store_true", help="smaller, faster size")
     args = parser.parse_args()
-    run_scenario(C1, args.runs or (1 if args.quick else 3), args.quick, prefix="crash",
-                 definitions=__doc__)
+    run_scenario(
+        C1, args.runs or (1 if args.quick else 3), args.quick, prefix="crash", definitions=__doc__
+    )
 
 
 if __name__ == "__main__":

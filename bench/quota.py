@@ -515,8 +515,16 @@ SCENARIOS: dict[str, Scenario] = {
             "makespan/optimum <= 1.10; 429s 0; failed 0; double charges 0",
             q1_run,
             Summary(
-                ("makespan_over_optimum", "makespan_s", "optimum_s", "nominal_optimum_s",
-                 "errors_5xx", "retries", "peak_concurrency", "requests"),
+                (
+                    "makespan_over_optimum",
+                    "makespan_s",
+                    "optimum_s",
+                    "nominal_optimum_s",
+                    "errors_5xx",
+                    "retries",
+                    "peak_concurrency",
+                    "requests",
+                ),
                 ("rate_limited_429", "failed", "lost", "double_charged"),
             ),
             q1_check,
@@ -527,8 +535,14 @@ SCENARIOS: dict[str, Scenario] = {
             "makespan/optimum <= 1.05; 429s 0",
             q2_run,
             Summary(
-                ("makespan_over_optimum", "makespan_s", "optimum_s", "initial_burst",
-                 "headroom", "requests"),
+                (
+                    "makespan_over_optimum",
+                    "makespan_s",
+                    "optimum_s",
+                    "initial_burst",
+                    "headroom",
+                    "requests",
+                ),
                 ("rate_limited_429", "failed", "lost", "double_charged"),
             ),
             q2_check,
@@ -539,8 +553,15 @@ SCENARIOS: dict[str, Scenario] = {
             "small tasks' mean completion <= 0.5x FIFO; big task finishes",
             q3_run,
             Summary(
-                ("small_over_fifo", "small_mean_s", "small_mean_fifo_s",
-                 "fifo_predicted_small_mean_s", "big_s", "big_fifo_s", "big_finished"),
+                (
+                    "small_over_fifo",
+                    "small_mean_s",
+                    "small_mean_fifo_s",
+                    "fifo_predicted_small_mean_s",
+                    "big_s",
+                    "big_fifo_s",
+                    "big_finished",
+                ),
                 ("failed", "lost", "rate_limited_429", "double_charged"),
             ),
             q3_check,
@@ -562,8 +583,15 @@ SCENARIOS: dict[str, Scenario] = {
             "makespan/optimum <= 1.30; 429s < 5 % of requests (Q4's floors)",
             q4b_run,
             Summary(
-                ("makespan_over_optimum", "makespan_s", "optimum_s", "window_optimum_s",
-                 "makespan_over_window_optimum", "share_429", "requests"),
+                (
+                    "makespan_over_optimum",
+                    "makespan_s",
+                    "optimum_s",
+                    "window_optimum_s",
+                    "makespan_over_window_optimum",
+                    "share_429",
+                    "requests",
+                ),
                 ("rate_limited_429", "failed", "lost", "double_charged"),
             ),
             q4_check,
@@ -575,8 +603,15 @@ SCENARIOS: dict[str, Scenario] = {
             "B's mean completion <= B alone + one service time",
             q5_run,
             Summary(
-                ("b_mean_s", "b_alone_mean_s", "allowance_s", "excess_over_alone_s",
-                 "service_s", "b_wait_s", "b_alone_wait_s"),
+                (
+                    "b_mean_s",
+                    "b_alone_mean_s",
+                    "allowance_s",
+                    "excess_over_alone_s",
+                    "service_s",
+                    "b_wait_s",
+                    "b_alone_wait_s",
+                ),
                 ("failed", "rate_limited_429"),
             ),
             q5_check,
@@ -623,8 +658,11 @@ def run_scenario(
     }
     if record:
         path = write_result(result_name(prefix, scenario.id, quick), outcome)
-        print(f"{scenario.id}: {'PASS' if outcome['passed'] else 'MISS'} "
-              f"{describe(summary)} -> {path}", flush=True)
+        print(
+            f"{scenario.id}: {'PASS' if outcome['passed'] else 'MISS'} "
+            f"{describe(summary)} -> {path}",
+            flush=True,
+        )
     return outcome
 
 

@@ -128,8 +128,15 @@ def read_fleet(path: Path, data: Data) -> Row:
     """bench.fleet: F1 (PostgreSQL + Redis, 4 workers) and F2-<fault> (a worker killed,
     Redis stopped)."""
     name = str(data["scenario"])
-    keys = ["makespan_over_optimum", "provider_peak_concurrency", "provider_429s", "lost",
-            "charged_twice", "failed", "limit_exceeded"]
+    keys = [
+        "makespan_over_optimum",
+        "provider_peak_concurrency",
+        "provider_429s",
+        "lost",
+        "charged_twice",
+        "failed",
+        "limit_exceeded",
+    ]
     if name == "F1":
         floor = "peak <= 10; 429s 0; makespan/optimum <= 1.10"
         passed = (

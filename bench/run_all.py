@@ -55,8 +55,11 @@ def steps() -> list[Step]:
     if postgres:
         for workers in ("1", "4"):
             plan.append(
-                Step(f"T1 (PostgreSQL, {workers} workers)", "bench.throughput",
-                     ("--database", postgres, "--workers", workers))
+                Step(
+                    f"T1 (PostgreSQL, {workers} workers)",
+                    "bench.throughput",
+                    ("--database", postgres, "--workers", workers),
+                )
             )
     plan += [
         Step("T2", "bench.scale"),

@@ -16,13 +16,13 @@ import pytest
 from fastapi import FastAPI, Request, Response
 from pydantic import ValidationError
 
-from floodway.providers.sim.window import RateWindow
 from floodway.providers.sim import (
     RunningSimulator,
     SimulatorConfig,
     running_simulator,
     serve_app,
 )
+from floodway.providers.sim.window import RateWindow
 
 FAST: dict[str, Any] = {"latency_ms": 5, "latency_jitter": 0.0, "seed": 7}
 
