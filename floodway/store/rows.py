@@ -124,3 +124,16 @@ def completion_params(item: Completion, now: float) -> dict[str, Any]:
         "now": now,
         "parked": item.parked,
     }
+
+
+def park_params(
+    task_id: str, lease_token: str, ref: str, poll_at: float, now: float, polled: bool
+) -> dict[str, Any]:
+    return {
+        "id": task_id,
+        "token": lease_token,
+        "ref": ref,
+        "poll_at": poll_at,
+        "now": now,
+        "polled": 1 if polled else 0,
+    }

@@ -3,53 +3,17 @@ of 200 tasks, then restarted. Every task ends terminal, none is lost, none is bi
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 from floodway import Status
 from floodway.providers.sim import SimulatorConfig, running_simulator
 from tests.acceptance.sim_app import build
+from tests.support import start_worker, until
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def start_worker(db_url: str, sim_url: str, log: Path) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "FLOODWAY_DATABASE": db_url,
-        "SIM_URL": sim_url,
-        "FLOODWAY_WORKER__LEASE": "2s",
-        "PYTHONPATH": str(ROOT),
-    }
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "floodway.cli",
-            "worker",
-            "--app",
-            "tests.acceptance.sim_app:fw",
-            "--concurrency",
-            "10",
-        ],
-        env=env,
-        cwd=ROOT,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-
-
-async def until(predicate: object, timeout: float) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not await predicate():  # type: ignore[operator]
-        assert loop.time() < end, "condition not reached in time"
-        await asyncio.sleep(0.05)
+APP = "tests.acceptance.sim_app:fw"
 
 
 async def test_sigkill_mid_batch_loses_nothing_and_charges_once(tmp_path: Path) -> None:
@@ -59,7 +23,7 @@ async def test_sigkill_mid_batch_loses_nothing_and_charges_once(tmp_path: Path) 
         fw = build(db_url, sim.url)
         try:
             tasks = await fw.submit_many("img", [{"n": i} for i in range(200)])
-            first = start_worker(db_url, sim.url, tmp_path / "worker1.log")
+            first = start_worker(APP, db_url, sim.url, tmp_path / "worker1.log")
 
             async def some_charged() -> bool:
                 return sim.state.ledger.total >= 50
@@ -69,7 +33,7 @@ async def test_sigkill_mid_batch_loses_nothing_and_charges_once(tmp_path: Path) 
             first.wait()
             charged_at_kill = sim.state.ledger.total
             assert charged_at_kill < 200, "the batch finished before the kill"
-            second = start_worker(db_url, sim.url, tmp_path / "worker2.log")
+            second = start_worker(APP, db_url, sim.url, tmp_path / "worker2.log")
             try:
 
                 async def all_terminal() -> bool:

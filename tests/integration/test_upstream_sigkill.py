@@ -4,13 +4,9 @@ job submitted or billed twice."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
-import subprocess
-import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -21,32 +17,10 @@ from floodway.providers.registry import aclose_kinds
 from floodway.providers.sim import SimulatorConfig, running_simulator
 from floodway.store.base import ClaimParams
 from tests.integration.upstream_worker import build
+from tests.support import start_worker, until
 
-ROOT = Path(__file__).resolve().parents[2]
+APP = "tests.integration.upstream_worker:fw"
 TASKS = 50
-
-
-def start_worker(db_url: str, sim_url: str, log: Path) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "FLOODWAY_DATABASE": db_url,
-        "SIM_URL": sim_url,
-        "FLOODWAY_WORKER__LEASE": "2s",
-        "PYTHONPATH": str(ROOT),
-    }
-    command = [sys.executable, "-m", "floodway.cli", "worker"]
-    command += ["--app", "tests.integration.upstream_worker:fw", "--concurrency", "8"]
-    return subprocess.Popen(
-        command, env=env, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT
-    )
-
-
-async def until(predicate: Callable[[], Awaitable[bool]], timeout: float) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not await predicate():
-        assert loop.time() < end, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize("moment", ["all-submitted", "polling"])
@@ -59,7 +33,7 @@ async def test_sigkill_with_jobs_in_flight_resumes_them_and_bills_once(
         fw = build(db_url, sim.url)
         try:
             tasks = await fw.submit_many("gen", [{"n": i} for i in range(TASKS)])
-            first = start_worker(db_url, sim.url, tmp_path / "worker1.log")
+            first = start_worker(APP, db_url, sim.url, concurrency=8, log=tmp_path / "worker1.log")
 
             async def kill_now() -> bool:
                 stats = sim.state.stats
@@ -74,7 +48,7 @@ async def test_sigkill_with_jobs_in_flight_resumes_them_and_bills_once(
             first.wait()
             assert sim.state.stats.succeeded == 0, "jobs ended before the kill"
             refs = {t.id: (await fw.get(t.id)).upstream_ref for t in tasks}
-            second = start_worker(db_url, sim.url, tmp_path / "worker2.log")
+            second = start_worker(APP, db_url, sim.url, concurrency=8, log=tmp_path / "worker2.log")
             try:
 
                 async def all_terminal() -> bool:

@@ -46,7 +46,7 @@ from floodway.store.base import (
 from floodway.store.postgres import ledger
 from floodway.store.postgres.listen import ChangeFeed
 from floodway.store.postgres.sql import Conn, Q, many, one, run
-from floodway.store.rows import candidate_from_row, claim_args, task_from_row
+from floodway.store.rows import candidate_from_row, claim_args, park_params, task_from_row
 
 T = TypeVar("T")
 Pool = AsyncConnectionPool[Conn]
@@ -432,14 +432,7 @@ class PostgresStore:
         *,
         polled: bool = False,
     ) -> bool:
-        params = {
-            "id": task_id,
-            "token": lease_token,
-            "ref": ref,
-            "poll_at": poll_at,
-            "now": now,
-            "polled": 1 if polled else 0,
-        }
+        params = park_params(task_id, lease_token, ref, poll_at, now, polled)
 
         async def op(conn: Conn, changes: list[TaskChange]) -> int:
             return await run(conn, "park", params)

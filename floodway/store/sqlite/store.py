@@ -42,6 +42,7 @@ from floodway.store.rows import (
     completion_params,
     dumps,
     insert_params,
+    park_params,
     task_from_row,
 )
 from floodway.store.sqlite.threads import ConnectionThread
@@ -298,14 +299,7 @@ class SqliteStore:
         *,
         polled: bool = False,
     ) -> bool:
-        params = {
-            "id": task_id,
-            "token": lease_token,
-            "ref": ref,
-            "poll_at": poll_at,
-            "now": now,
-            "polled": 1 if polled else 0,
-        }
+        params = park_params(task_id, lease_token, ref, poll_at, now, polled)
         return await self._write(lambda c: c.execute(Q["park"], params).rowcount == 1)
 
     async def claim_parked(self, params: ClaimParams) -> list[Task]:
