@@ -257,6 +257,9 @@ class Worker:
         engine = self.engine
         try:
             await engine.admission.settle(run.permit, settlement, engine.clock.now())
+            # The provider slot is free now: let the dispatcher admit the next task while the
+            # outcome is still being written, rather than after.
+            engine.hub.work_available.set()
             if run.fenced:
                 log.warning("task %s: lease lost, result dropped", run.task.id)
                 return
