@@ -9,7 +9,7 @@ from typing import Any
 from floodway.core.outcome import Completion
 from floodway.core.states import TERMINAL, Status
 from floodway.core.task import ErrorInfo, Lane, NewTask, Task
-from floodway.store.base import Candidate, ClaimParams
+from floodway.store.base import Candidate, ClaimParams, TaskQuery
 
 
 def dumps(value: Any) -> str | None:
@@ -136,4 +136,17 @@ def park_params(
         "poll_at": poll_at,
         "now": now,
         "polled": 1 if polled else 0,
+    }
+
+
+def list_params(query: TaskQuery) -> dict[str, Any]:
+    """Parameters of ``list_tasks``: every filter is optional (NULL matches all)."""
+    return {
+        "tenant": query.tenant,
+        "status": query.status.value if query.status else None,
+        "kind": query.kind,
+        "lane": query.lane.value if query.lane else None,
+        "batch_id": query.batch_id,
+        "after_seq": query.after_seq or 0,
+        "limit": query.limit,
     }

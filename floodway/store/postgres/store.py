@@ -46,7 +46,13 @@ from floodway.store.base import (
 from floodway.store.postgres import ledger
 from floodway.store.postgres.listen import ChangeFeed
 from floodway.store.postgres.sql import Conn, Q, many, one, run
-from floodway.store.rows import candidate_from_row, claim_args, park_params, task_from_row
+from floodway.store.rows import (
+    candidate_from_row,
+    claim_args,
+    list_params,
+    park_params,
+    task_from_row,
+)
 
 T = TypeVar("T")
 Pool = AsyncConnectionPool[Conn]
@@ -322,15 +328,7 @@ class PostgresStore:
         return task_from_row(row)
 
     async def list_tasks(self, query: TaskQuery) -> list[Task]:
-        params = {
-            "tenant": query.tenant,
-            "status": query.status.value if query.status else None,
-            "kind": query.kind,
-            "lane": query.lane.value if query.lane else None,
-            "batch_id": query.batch_id,
-            "after_seq": query.after_seq or 0,
-            "limit": query.limit,
-        }
+        params = list_params(query)
         rows = await self._read(lambda c: many(c, "list_tasks", params))
         return [task_from_row(r) for r in rows]
 

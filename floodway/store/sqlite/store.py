@@ -42,6 +42,7 @@ from floodway.store.rows import (
     completion_params,
     dumps,
     insert_params,
+    list_params,
     park_params,
     task_from_row,
 )
@@ -181,15 +182,7 @@ class SqliteStore:
         return task_from_row(row)
 
     async def list_tasks(self, query: TaskQuery) -> list[Task]:
-        params = {
-            "tenant": query.tenant,
-            "status": query.status.value if query.status else None,
-            "kind": query.kind,
-            "lane": query.lane.value if query.lane else None,
-            "batch_id": query.batch_id,
-            "after_seq": query.after_seq or 0,
-            "limit": query.limit,
-        }
+        params = list_params(query)
         rows = await self._read(lambda c: c.execute(Q["list_tasks"], params).fetchall())
         return [task_from_row(r) for r in rows]
 
