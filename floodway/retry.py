@@ -11,11 +11,19 @@ from __future__ import annotations
 import asyncio
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
 from floodway.core.errors import FatalError, HandlerError, InvalidOutput, RetryableError
-from floodway.core.outcome import Cancelled, Completion, Failed, Outcome, Succeeded
+from floodway.core.outcome import (
+    Cancelled,
+    Completion,
+    Failed,
+    Outcome,
+    Succeeded,
+    from_running,
+)
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task
 
@@ -68,8 +76,8 @@ class RetryPolicy:
         """What to write for a running ``task`` (claimed, so ``task.attempts`` counts this
         attempt) given what the attempt produced."""
 
-        def write(to: Status, **kw: object) -> Completion:
-            return Completion(task.id, to, Status.RUNNING, task.lease_token, **kw)  # type: ignore[arg-type]
+        def write(to: Status, **kw: Any) -> Completion:
+            return from_running(task, to, **kw)
 
         if isinstance(outcome, Succeeded):
             return write(Status.SUCCEEDED, result=outcome.result, cost_actual=outcome.usage)
@@ -115,11 +123,9 @@ class RetryPolicy:
                 error.type,
                 f"gave up after {task.attempts} attempts: {error.message}",
             )
-            return Completion(
-                task.id,
+            return from_running(
+                task,
                 Status.DEAD,
-                Status.RUNNING,
-                task.lease_token,
                 error=dead,
                 invalid_output=invalid,
                 cost_actual=cost,
@@ -138,19 +144,15 @@ class RetryPolicy:
                 f"the next attempt ({delay:.1f}s away) would start after the deadline; "
                 f"last error: {error.message}",
             )
-            return Completion(
-                task.id,
+            return from_running(
+                task,
                 Status.TIMEOUT,
-                Status.RUNNING,
-                task.lease_token,
                 error=late,
                 cost_actual=cost,
             )
-        return Completion(
-            task.id,
+        return from_running(
+            task,
             Status.RETRYING,
-            Status.RUNNING,
-            task.lease_token,
             error=error,
             next_attempt_at=at,
             refund_attempt=throttled,

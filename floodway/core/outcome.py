@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from floodway.core.states import Status
-from floodway.core.task import JSON, ErrorInfo
+from floodway.core.task import JSON, ErrorInfo, Task
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,32 @@ class Completion:
     cost_actual: float | None = None
     #: the task is parked on an upstream job (no lease): the CAS checks ``parked`` instead
     parked: bool = False
+
+
+def from_running(
+    task: Task,
+    to: Status,
+    *,
+    result: JSON = None,
+    error: ErrorInfo | None = None,
+    next_attempt_at: float | None = None,
+    refund_attempt: bool = False,
+    invalid_output: bool = False,
+    cost_actual: float | None = None,
+) -> Completion:
+    """The compare-and-set that moves a running ``task``, held by its lease, to ``to``."""
+    return Completion(
+        task.id,
+        to,
+        Status.RUNNING,
+        task.lease_token,
+        result=result,
+        error=error,
+        next_attempt_at=next_attempt_at,
+        refund_attempt=refund_attempt,
+        invalid_output=invalid_output,
+        cost_actual=cost_actual,
+    )
 
 
 @dataclass(frozen=True)

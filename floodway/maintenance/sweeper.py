@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from floodway.context import Context
-from floodway.core.outcome import Completion, Failed
+from floodway.core.outcome import Completion, Failed, from_running
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task
 from floodway.engine import Engine
@@ -63,8 +64,8 @@ class Sweeper:
         spec = engine.kinds.get(task.kind)
         now = engine.clock.now()
 
-        def to(status: Status, **kw: object) -> Completion:
-            return Completion(task.id, status, Status.RUNNING, task.lease_token, **kw)  # type: ignore[arg-type]
+        def to(status: Status, **kw: Any) -> Completion:
+            return from_running(task, status, **kw)
 
         if task.upstream_ref is not None:
             # The provider is (or was) working on it: run the handler again, which resumes
