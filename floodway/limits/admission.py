@@ -33,6 +33,7 @@ from floodway.core.errors import InvalidInput
 from floodway.core.task import Lane
 from floodway.limits import order
 from floodway.limits.backend import (
+    RECOVERING,
     AcquireRequest,
     AcquireResult,
     Debit,
@@ -53,6 +54,7 @@ TENANT_SLOT = "tenant_slot"  # 1.0: one of its tenant's in-flight slots
 REQUESTS = "requests"  # 1.0 debited from the requests/min bucket
 TOKENS = "tokens"  # the estimated cost debited from the tokens/min bucket
 GRANTED_AT = "granted_at"  # backend time of the grant: one AIMD decrease per round trip
+EPOCH = "epoch"  # the backend state's generation at the grant: lost slots are taken again
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,10 @@ class AdmissionTuning:
     #: a slot expires this long after it was taken or renewed unless :meth:`renew` runs, so a
     #: crashed worker's slots come back; keep it above the worker's lease
     slot_ttl_s: float = 120.0
+    #: a slot taken at admission lasts this long until the claim that follows confirms it
+    #: (:meth:`LimitsAdmission.renew`): a process that dies between the two orphans the slot,
+    #: and its task cannot be admitted again, for this long only
+    claim_ttl_s: float = 10.0
     #: the slot kept by ``keep_slot`` (an upstream job still running) lasts this long
     upstream_slot_ttl_s: float = 900.0
     decrease: float = 0.5  # multiplicative decrease on a 429
@@ -121,8 +127,11 @@ class _Pass:
     reserved: set[str] = field(default_factory=set)  # buckets held for a refused candidate
     for_background: set[str] = field(default_factory=set)  # held by refused interactive ones
     wait: float | None = None  # least retry_in among the refusals
+    recovering: bool = False  # the backend lost its state: it admits nothing for a while
 
     def blocked(self, request: AcquireRequest) -> bool:
+        if self.recovering:
+            return True
         if any(g in self.closed for g in request.gates):
             return True
         if any(s.key in self.closed for s in request.slots):
@@ -135,6 +144,7 @@ class _Pass:
 
     def refused(self, request: AcquireRequest, result: AcquireResult, *, reserve: bool) -> None:
         costs = {d.bucket.key: d.cost for d in request.debits}
+        self.recovering = self.recovering or RECOVERING in result.refused
         for key in result.refused:
             if key in result.held:
                 continue  # this very task holds that slot already: nothing learned about others
@@ -230,7 +240,7 @@ class LimitsAdmission:
                         return permits
                     raise
                 if result.granted:
-                    holds = {**attempt.holds, GRANTED_AT: result.at}
+                    holds = {**attempt.holds, GRANTED_AT: result.at, EPOCH: result.epoch}
                     name = attempt.plan.name if attempt.plan else None
                     permits.append(Permit(c.task_id, name, c.tenant, c.cost, holds))
                     rounds.admitted()
@@ -279,14 +289,19 @@ class LimitsAdmission:
             plan.check_fits(cost)
 
     async def renew(self, permits: Sequence[Permit], ttl_s: float | None = None) -> list[str]:
-        """Extend the slots of running tasks; call it with the lease heartbeat, or a task that
-        outlives ``slot_ttl_s`` loses its slot and the limit could be exceeded. Returns the
-        ids of tasks whose slot was gone (expired, or the limiter's Redis lost its data)."""
+        """Extend the slots of running tasks. Call it once the task is claimed (a slot taken at
+        admission lasts only ``claim_ttl_s``) and with every lease heartbeat, or a task that
+        outlives ``slot_ttl_s`` loses its slot and the limit could be exceeded. A slot the
+        backend lost with its state is taken again. Returns the ids of tasks whose slot was
+        gone for good (expired)."""
         ttl = self._tuning.slot_ttl_s if ttl_s is None else ttl_s
         lost: list[str] = []
         for permit in permits:
+            taken_in = permit.holds.get(EPOCH, 0.0)
             for key in self._slot_keys(permit, self._plan(permit.resource)):
-                renewed = await self._backend.renew_slot(key, permit.task_id, ttl)
+                renewed = await self._backend.renew_slot(
+                    key, permit.task_id, ttl, taken_in=taken_in
+                )
                 if not renewed and permit.task_id not in lost:
                     lost.append(permit.task_id)
         return lost
@@ -379,7 +394,7 @@ class LimitsAdmission:
 
     def _attempt(self, c: Candidate) -> _Attempt:
         plan = self._plan(self._kinds.get(c.kind))
-        ttl = self._tuning.slot_ttl_s
+        ttl = self._tuning.claim_ttl_s
         holds: dict[str, float] = {}
         gates: tuple[str, ...] = ()
         slots: list[SlotClaim] = []

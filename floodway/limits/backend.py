@@ -9,6 +9,11 @@ string keys and changes each atomically:
 * **gates** (a pause until some instant, for Retry-After) and **rate factors** (the adaptive
   multiplier on a resource's refill rates).
 
+A shared backend can lose its state (a Redis restarted without persistence). Its **generation**
+(:attr:`AcquireResult.epoch`) then changes: slots taken in an older generation are taken again
+when their holders renew them (the calls are still running, so they still count), and the
+backend admits nothing for a short recovery window so that every live holder renews first.
+
 :meth:`LimiterBackend.acquire` is the heart: one request spans several buckets, slots and gates
 and is all-or-nothing, so a task is admitted only when every dimension admits it, and a refused
 request changes nothing. Two implementations: :mod:`floodway.limits.local` (one process) and
@@ -26,6 +31,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from floodway.core.errors import StoreError
+
+#: The key a refusal names while the backend recovers from a loss of its state.
+RECOVERING = "recovering"
 
 
 class LimiterUnavailable(StoreError):
@@ -84,6 +92,9 @@ class AcquireResult:
     #: seconds until every refusing bucket and gate could admit this request; None when a slot
     #: refused (only a release can help) or a bucket can never hold the cost
     retry_in: float | None = None
+    #: the generation of the backend's state this decision was made in (see the module doc);
+    #: hand it back to :meth:`LimiterBackend.renew_slot`
+    epoch: float = 0.0
 
 
 class LimiterBackend(Protocol):
@@ -92,7 +103,10 @@ class LimiterBackend(Protocol):
         ...
 
     async def acquire(self, request: AcquireRequest) -> AcquireResult:
-        """Debit every bucket and take every slot, or change nothing and say what refused."""
+        """Debit every bucket and take every slot, or change nothing and say what refused.
+
+        While the backend recovers from a loss of its state, every request is refused with
+        :data:`RECOVERING` among the refused keys."""
         ...
 
     async def settle(self, bucket: Bucket, delta: float) -> float:
@@ -114,8 +128,15 @@ class LimiterBackend(Protocol):
         """Give a slot back; False if it was not held (released already, or expired)."""
         ...
 
-    async def renew_slot(self, key: str, slot_id: str, ttl_s: float) -> bool:
-        """Push a held slot's expiry to ``ttl_s`` from now; False if it is no longer held."""
+    async def renew_slot(
+        self, key: str, slot_id: str, ttl_s: float, *, taken_in: float = 0.0
+    ) -> bool:
+        """Push a held slot's expiry to ``ttl_s`` from now; False if it is no longer held.
+
+        ``taken_in`` is the :attr:`AcquireResult.epoch` of the grant (0 = unknown). A slot gone
+        because the state was lost since then is taken again, over the limit if need be: its
+        call is running and must count. A slot gone within its own generation was released or
+        expired, and stays gone."""
         ...
 
     async def slots_in_use(self, key: str) -> int:

@@ -34,6 +34,9 @@ class _Rate:
 #: tenant ever seen, where Redis lets such keys expire)
 SWEEP_EVERY = 1024
 
+#: The state's generation: it lives and dies with the process, so it never changes.
+EPOCH = 1.0
+
 
 class LocalLimiterBackend:
     def __init__(self, clock: Clock) -> None:
@@ -77,13 +80,13 @@ class LocalLimiterBackend:
                 wait = _combine(wait, _bucket_wait(debit.bucket, level, debit.cost))
 
         if refused:
-            return AcquireResult(False, now, tuple(refused), tuple(held), wait)
+            return AcquireResult(False, now, tuple(refused), tuple(held), wait, EPOCH)
 
         for claim in request.slots:
             self._slots.setdefault(claim.key, {})[claim.slot_id] = now + claim.ttl_s
         for debit, level in zip(request.debits, levels, strict=True):
             self._store(debit.bucket, level - debit.cost, now)
-        return AcquireResult(True, now)
+        return AcquireResult(True, now, epoch=EPOCH)
 
     # -- buckets ----------------------------------------------------------------------------
     async def settle(self, bucket: Bucket, delta: float) -> float:
@@ -106,10 +109,12 @@ class LocalLimiterBackend:
         slots = self._live_slots(key, self._clock.now())
         return slots.pop(slot_id, None) is not None
 
-    async def renew_slot(self, key: str, slot_id: str, ttl_s: float) -> bool:
+    async def renew_slot(
+        self, key: str, slot_id: str, ttl_s: float, *, taken_in: float = 0.0
+    ) -> bool:
         now = self._clock.now()
         slots = self._live_slots(key, now)
-        if slot_id not in slots:
+        if slot_id not in slots:  # released or expired: this state is never lost (see EPOCH)
             return False
         slots[slot_id] = max(slots[slot_id], now + ttl_s)
         return True

@@ -12,6 +12,7 @@ dispatcher fails closed on it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
@@ -23,22 +24,43 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from floodway.limits import redis_scripts as lua
-from floodway.limits.backend import AcquireRequest, AcquireResult, Bucket, LimiterUnavailable
+from floodway.limits.backend import (
+    RECOVERING,
+    AcquireRequest,
+    AcquireResult,
+    Bucket,
+    LimiterUnavailable,
+)
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 #: Fail fast: a limiter that hangs stalls every dispatch; one that errors lets the worker back
 #: off and fail closed. Used by :meth:`RedisLimiterBackend.from_url`.
 DEFAULT_TIMEOUT_S = 2.0
 
+#: After Redis lost its state, admissions wait this long so that every live holder of a lost
+#: slot takes it again first. Workers renew their slots with each heartbeat (every 2 s), so
+#: three heartbeats fit.
+DEFAULT_RECOVERY_S = 6.0
+
+EPOCH = "epoch"  # the key of the state's generation (see redis_scripts)
+
 
 class RedisLimiterBackend:
     def __init__(
-        self, client: aioredis.Redis, prefix: str = "default", *, owns_client: bool = False
+        self,
+        client: aioredis.Redis,
+        prefix: str = "default",
+        *,
+        owns_client: bool = False,
+        recovery_s: float = DEFAULT_RECOVERY_S,
     ) -> None:
         self._redis = client
         self._ns = f"floodway:{{{prefix}}}:"
         self._owns_client = owns_client
+        self._recovery_ms = recovery_s * 1000
+        self._epoch = 0.0  # the last generation of the state this process saw (0: none yet)
         self._acquire = client.register_script(lua.ACQUIRE)
         self._settle = client.register_script(lua.SETTLE)
         self._clamp = client.register_script(lua.CLAMP)
@@ -57,6 +79,7 @@ class RedisLimiterBackend:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_connections: int = 64,
+        recovery_s: float = DEFAULT_RECOVERY_S,
     ) -> RedisLimiterBackend:
         # A blocking pool: a burst of concurrent calls waits (up to timeout_s) for a connection
         # instead of failing with "Too many connections".
@@ -68,7 +91,8 @@ class RedisLimiterBackend:
             socket_connect_timeout=timeout_s,
             retry=_stale_connection_retry(),
         )
-        return cls(aioredis.Redis.from_pool(pool), prefix, owns_client=True)
+        client = aioredis.Redis.from_pool(pool)
+        return cls(client, prefix, owns_client=True, recovery_s=recovery_s)
 
     @property
     def client(self) -> aioredis.Redis:
@@ -83,10 +107,12 @@ class RedisLimiterBackend:
         return float(seconds) + float(micros) / 1e6
 
     async def acquire(self, request: AcquireRequest) -> AcquireResult:
-        names = [*request.gates, *(s.key for s in request.slots)]
+        names = [RECOVERING, *request.gates, *(s.key for s in request.slots)]
         names += [d.bucket.key for d in request.debits]
         args: list[str | float | int] = [
-            len(request.gates),
+            self._epoch,
+            self._recovery_ms,
+            len(request.gates) + 1,
             len(request.slots),
             len(request.debits),
         ]
@@ -94,19 +120,22 @@ class RedisLimiterBackend:
             args += [s.limit, s.slot_id, s.ttl_s * 1000]
         for d in request.debits:
             args += [d.bucket.capacity, d.bucket.refill_per_s, d.cost]
-        reply = await self._script(self._acquire, [self._ns + n for n in names], args)
+        keys = [self.key(n) for n in (EPOCH, *names)]
+        reply = await self._script(self._acquire, keys, args)
         at = float(reply[1]) / 1000
+        epoch = self._saw_epoch(float(reply[3]))
         if int(reply[0]) == 1:
-            return AcquireResult(True, at)
+            return AcquireResult(True, at, epoch=epoch)
         wait_ms = float(reply[2])
-        n_refused = int(reply[3])
-        indexes = [int(i) - 1 for i in reply[4:]]
+        n_refused = int(reply[4])
+        indexes = [int(i) - 1 for i in reply[5:]]
         return AcquireResult(
             granted=False,
             at=at,
             refused=tuple(names[i] for i in indexes[:n_refused]),
             held=tuple(names[i] for i in indexes[n_refused:]),
             retry_in=None if wait_ms < 0 else wait_ms / 1000,
+            epoch=epoch,
         )
 
     async def settle(self, bucket: Bucket, delta: float) -> float:
@@ -124,9 +153,20 @@ class RedisLimiterBackend:
         removed: int = await self._call(self._redis.zrem(self.key(key), slot_id))
         return removed > 0
 
-    async def renew_slot(self, key: str, slot_id: str, ttl_s: float) -> bool:
-        reply = await self._script(self._renew, [self.key(key)], [slot_id, ttl_s * 1000])
-        return int(reply) == 1
+    async def renew_slot(
+        self, key: str, slot_id: str, ttl_s: float, *, taken_in: float = 0.0
+    ) -> bool:
+        keys = [self.key(key), self.key(EPOCH), self.key(RECOVERING)]
+        args: list[str | float | int] = [
+            slot_id,
+            ttl_s * 1000,
+            self._epoch,
+            taken_in,
+            self._recovery_ms,
+        ]
+        held, epoch = await self._script(self._renew, keys, args)
+        self._saw_epoch(float(epoch))
+        return int(held) == 1
 
     async def slots_in_use(self, key: str) -> int:
         return int(await self._script(self._in_use, [self.key(key)], []))
@@ -158,6 +198,16 @@ class RedisLimiterBackend:
             await self._redis.aclose()
 
     # -- plumbing ---------------------------------------------------------------------------
+    def _saw_epoch(self, epoch: float) -> float:
+        if self._epoch and epoch != self._epoch:
+            log.warning(
+                "the limiter's Redis lost its state (restarted without persistence?): "
+                "admissions pause %.0f s while running calls take their slots again",
+                self._recovery_ms / 1000,
+            )
+        self._epoch = epoch
+        return epoch
+
     async def _script(
         self, script: AsyncScript, keys: Sequence[str], args: Sequence[str | float | int]
     ) -> Any:

@@ -9,7 +9,12 @@ Conventions shared by every script:
 * a bucket is a HASH ``{l: level, t: ms}`` that expires once it would be full again (a missing
   bucket reads as full, so expiry loses nothing); slots are a ZSET ``slot id -> expiry ms``
   purged on touch; a gate is a plain key whose PTTL is the pause; a rate factor is a HASH
-  ``{f: factor, t: ms of the last change}``.
+  ``{f: factor, t: ms of the last change}``;
+* the state's generation (epoch) is a plain key, the server's ms when the state was created,
+  never expiring: when Redis restarts without persistence it is gone, and the next script to
+  look creates a new one. A caller that knew an older generation learns that the state was
+  lost, and the recovery gate stays closed until ``epoch + recovery_ms``: admissions wait while
+  the holders of lost slots take them again (``RENEW_SLOT``).
 """
 
 from __future__ import annotations
@@ -39,6 +44,20 @@ local function refilled(key, cap, rate, now)
   return level
 end
 
+-- The current generation; closes the recovery gate when the caller knew an older one.
+local function generation(ekey, gkey, known, recovery_ms, now)
+  local e = tonumber(redis.call('GET', ekey))
+  if not e then
+    e = math.floor(now)
+    redis.call('SET', ekey, fmt(e))
+  end
+  local left = e + recovery_ms - now
+  if known > 0 and known ~= e and left > 0 then
+    redis.call('SET', gkey, '1', 'PX', math.ceil(left))
+  end
+  return e
+end
+
 local function store(key, level, cap, rate, now)
   redis.call('HSET', key, 'l', fmt(level), 't', fmt(now))
   local ttl = 86400000
@@ -49,22 +68,25 @@ local function store(key, level, cap, rate, now)
 end
 """
 
-# KEYS: gates.., slot sets.., buckets..
-# ARGV: n_gates, n_slots, n_buckets, then (limit, slot_id, ttl_ms) per slot, then
-#       (capacity, refill_per_s, cost) per bucket.
-# Returns {granted, now_ms, wait_ms ('-1' = only a release helps / never), n_refused,
-#          refused key indexes (1-based).., held key indexes..}
+# KEYS: epoch, then gates.. (the recovery gate first), slot sets.., buckets..
+# ARGV: known epoch (0 = none), recovery_ms, n_gates, n_slots, n_buckets, then
+#       (limit, slot_id, ttl_ms) per slot, then (capacity, refill_per_s, cost) per bucket.
+# Returns {granted, now_ms, wait_ms ('-1' = only a release helps / never), epoch, n_refused,
+#          refused key indexes (1-based, the epoch not counted).., held key indexes..}
 ACQUIRE = (
     _PRELUDE
     + """
-local ng, ns, nb = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local ng, ns, nb = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = now_ms()
+local epoch = generation(KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]), now)
 local refused, held = {}, {}
 local wait = 0
-local a = 4
+local a = 6
+local K = {}  -- the keys after the epoch
+for i = 2, #KEYS do K[i - 1] = KEYS[i] end
 
 for i = 1, ng do
-  local left = redis.call('PTTL', KEYS[i])
+  local left = redis.call('PTTL', K[i])
   if left > 0 then
     refused[#refused + 1] = i
     if wait >= 0 and left > wait then wait = left end
@@ -76,14 +98,14 @@ for j = 1, ns do
   local i = ng + j
   local limit, id, ttl = tonumber(ARGV[a]), ARGV[a + 1], tonumber(ARGV[a + 2])
   a = a + 3
-  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
-  local mine = redis.call('ZSCORE', KEYS[i], id)
+  redis.call('ZREMRANGEBYSCORE', K[i], '-inf', now)
+  local mine = redis.call('ZSCORE', K[i], id)
   if mine then held[#held + 1] = i end
-  if mine or redis.call('ZCARD', KEYS[i]) >= limit then
+  if mine or redis.call('ZCARD', K[i]) >= limit then
     refused[#refused + 1] = i
     wait = -1
   end
-  claims[j] = {KEYS[i], id, ttl}
+  claims[j] = {K[i], id, ttl}
 end
 
 local debits = {}
@@ -91,7 +113,7 @@ for j = 1, nb do
   local i = ng + ns + j
   local cap, rate, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   a = a + 3
-  local level = refilled(KEYS[i], cap, rate, now)
+  local level = refilled(K[i], cap, rate, now)
   if level < cost then
     refused[#refused + 1] = i
     if cost > cap or rate <= 0 then
@@ -101,11 +123,11 @@ for j = 1, nb do
       if w > wait then wait = w end
     end
   end
-  debits[j] = {KEYS[i], level - cost, cap, rate}
+  debits[j] = {K[i], level - cost, cap, rate}
 end
 
 if #refused > 0 then
-  local out = {0, fmt(now), fmt(wait), #refused}
+  local out = {0, fmt(now), fmt(wait), fmt(epoch), #refused}
   for _, i in ipairs(refused) do out[#out + 1] = i end
   for _, i in ipairs(held) do out[#out + 1] = i end
   return out
@@ -118,7 +140,7 @@ end
 for _, d in ipairs(debits) do
   store(d[1], d[2], d[3], d[4], now)
 end
-return {1, fmt(now), '0', 0}
+return {1, fmt(now), '0', fmt(epoch), 0}
 """
 )
 
@@ -156,18 +178,27 @@ return fmt(refilled(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), now_ms()))
 """
 )
 
-# KEYS: slot set. ARGV: slot_id, ttl_ms. Returns 1 if renewed, 0 if no longer held.
+# KEYS: slot set, epoch, recovery gate.
+# ARGV: slot_id, ttl_ms, known epoch, epoch the slot was taken in (0 = unknown), recovery_ms.
+# Returns {1 if held now / 0 if no longer held, epoch}. A slot lost with the state (taken in
+# an older generation) is taken again even over the limit: its call is running.
 RENEW_SLOT = (
     _PRELUDE
     + """
 local now = now_ms()
 local ttl = tonumber(ARGV[2])
+local epoch = generation(KEYS[2], KEYS[3], tonumber(ARGV[3]), tonumber(ARGV[5]), now)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local expiry = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
-if not expiry then return 0 end
-if now + ttl > expiry then redis.call('ZADD', KEYS[1], 'XX', fmt(now + ttl), ARGV[1]) end
+if not expiry then
+  local taken = tonumber(ARGV[4])
+  if taken == 0 or taken == epoch then return {0, fmt(epoch)} end
+  redis.call('ZADD', KEYS[1], fmt(now + ttl), ARGV[1])
+elseif now + ttl > expiry then
+  redis.call('ZADD', KEYS[1], 'XX', fmt(now + ttl), ARGV[1])
+end
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], math.ceil(ttl)) end
-return 1
+return {1, fmt(epoch)}
 """
 )
 

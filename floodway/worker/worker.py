@@ -213,6 +213,10 @@ class Worker:
     async def _run(self, run: _Running) -> None:
         engine = self.engine
         spec = engine.kinds.get(run.task.kind)
+        try:  # the claim landed: hold the provider slots for as long as the task runs
+            await engine.admission.renew([run.permit])
+        except Exception:  # the next heartbeat tries again, well within the claim's slot TTL
+            log.warning("task %s: could not confirm its limiter slots", run.task.id, exc_info=True)
         try:
             outcome = await execute(spec, run.ctx, engine.policy, engine.clock)
         except ParkUpstream as park:  # -- upstream jobs: the handler waits on a durable timer --

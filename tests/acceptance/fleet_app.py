@@ -47,25 +47,19 @@ def build(
     *,
     redis: str | None = None,
     cap: int | None = None,
-    slot_ttl_s: float | None = None,
+    tuning: AdmissionTuning | None = None,
 ) -> Floodway:
-    """``slot_ttl_s`` (env ``FLEET_SLOT_TTL``; default: floodway's, 120 s) bounds how long a
-    provider slot taken by a process that died before claiming its task stays held."""
+    """``tuning`` replaces floodway's admission knobs (e.g. a short ``claim_ttl_s``)."""
     settings = load_settings(database=database, redis=redis)
     limit = cap if cap is not None else int(os.environ.get("FLEET_CAP", "10"))
     settings = settings.model_copy(
         update={"resources": {RESOURCE: ResourceConfig(concurrency=limit)}}
     )
-    ttl = slot_ttl_s if slot_ttl_s is not None else float(os.environ.get("FLEET_SLOT_TTL", "0"))
-    if ttl:
+    if tuning is not None:
         clock = SystemClock()
+        backend = build_backend(settings, clock)
         admission = LimitsAdmission(
-            settings.resources,
-            {KIND: RESOURCE},
-            settings.tenants,
-            build_backend(settings, clock),
-            clock,
-            AdmissionTuning(slot_ttl_s=ttl),
+            settings.resources, {KIND: RESOURCE}, settings.tenants, backend, clock, tuning
         )
         fw = Floodway(settings=settings, clock=clock, admission=admission)
     else:
@@ -270,11 +264,9 @@ def spawn_worker(
     lease: str = "2s",
     concurrency: int = 10,
     cap: int = 10,
-    slot_ttl_s: float | None = None,
 ) -> WorkerProcess:
     env = {
         **os.environ,
-        "FLEET_SLOT_TTL": str(slot_ttl_s or 0),
         "FLOODWAY_DATABASE": database,
         "FLOODWAY_REDIS": redis,
         "FLOODWAY_WORKER__LEASE": lease,

@@ -34,9 +34,6 @@ from tests.acceptance.fleet_app import (
 pytestmark = pytest.mark.slow
 
 CAP = 10
-# A claim cut by the restart leaves the provider slots it had taken held until they expire,
-# and their tasks wait as long (the known gap of the last test): 10 s here, not 120 s.
-SLOT_TTL_S = 10.0
 
 
 @pytest.fixture
@@ -62,10 +59,7 @@ async def test_postgres_restart_mid_run_loses_nothing(
     async with private_redis(tmp_path / "redis") as redis, running_simulator(config) as sim:
         fw = build(cluster.url, sim.url, redis=redis.url, cap=CAP)
         workers = [
-            spawn_worker(
-                cluster.url, redis.url, sim.url, tmp_path / f"w{i}.log", slot_ttl_s=SLOT_TTL_S
-            )
-            for i in range(2)
+            spawn_worker(cluster.url, redis.url, sim.url, tmp_path / f"w{i}.log") for i in range(2)
         ]
         try:
             async with fw:

@@ -19,6 +19,7 @@ from floodway.config import ResourceConfig, TenantConfig
 from floodway.core.task import Lane
 from floodway.limits.admission import LimitsAdmission
 from floodway.limits.backend import (
+    RECOVERING,
     AcquireRequest,
     Bucket,
     Debit,
@@ -318,6 +319,81 @@ async def test_redis_keys_are_namespaced_and_expire(harness: Harness) -> None:
     ttl = await client.pttl(be.key("r:llm:tokens"))
     assert 0 < ttl <= 5000  # full again in 4 s (+1 s): then the key may go
     assert 0 < await client.pttl(be.key("r:llm:slots")) <= 30_000
+
+
+async def _forget_everything(be: RedisLimiterBackend) -> None:
+    """What a Redis restarted without persistence leaves of this deployment's state."""
+    keys = [k async for k in be.client.scan_iter(match=be.key("*"))]
+    if keys:
+        await be.client.delete(*keys)
+
+
+@pytest.fixture
+async def redis_pair() -> AsyncIterator[tuple[RedisLimiterBackend, RedisLimiterBackend]]:
+    """Two processes' backends on one deployment's keys, with a 0.3 s recovery window."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    pair = [RedisLimiterBackend.from_url(REDIS_URL, prefix, recovery_s=0.3) for _ in range(2)]
+    try:
+        await pair[0].client.ping()
+    except (OSError, aioredis.RedisError):
+        for be in pair:
+            await be.aclose()
+        pytest.skip("no Redis at 127.0.0.1:6379")
+    try:
+        yield pair[0], pair[1]
+    finally:
+        await _forget_everything(pair[0])
+        for be in pair:
+            await be.aclose()
+
+
+async def test_lost_redis_state_is_rebuilt_by_the_holders_before_anyone_is_admitted(
+    redis_pair: tuple[RedisLimiterBackend, RedisLimiterBackend],
+) -> None:
+    """Redis restarted without persistence: the calls in flight still count (S14, S24)."""
+    be, _ = redis_pair
+    first = await be.acquire(AcquireRequest(slots=(slot("s", "a", 1),)))
+    assert first.granted and first.epoch > 0
+    await _forget_everything(be)
+    # The next look sees a new generation and closes the recovery gate: nothing is admitted...
+    during = await be.acquire(AcquireRequest(slots=(slot("s", "b", 1),)))
+    assert not during.granted and during.refused == (RECOVERING,)
+    assert during.epoch > first.epoch
+    assert during.retry_in is not None and 0 < during.retry_in <= 0.3
+    # ... while the holder of the lost slot takes it again, and only a holder of a lost slot:
+    assert await be.renew_slot("s", "a", 30.0, taken_in=first.epoch)
+    assert not await be.renew_slot("s", "ghost", 30.0, taken_in=during.epoch)
+    assert not await be.renew_slot("s", "unknown", 30.0)
+    assert await be.slots_in_use("s") == 1
+    await asyncio.sleep(during.retry_in + 0.05)
+    after = await be.acquire(AcquireRequest(slots=(slot("s", "b", 1),)))
+    assert not after.granted and after.refused == ("s",)  # the cap holds: "a" still runs
+    await be.release_slot("s", "a")
+    assert (await be.acquire(AcquireRequest(slots=(slot("s", "b", 1),)))).granted
+
+
+async def test_a_fresh_process_that_finds_the_state_lost_does_not_open_the_gate_early(
+    redis_pair: tuple[RedisLimiterBackend, RedisLimiterBackend],
+) -> None:
+    old, fresh = redis_pair
+    assert (await old.acquire(AcquireRequest(slots=(slot("s", "a", 2),)))).granted
+    await _forget_everything(old)
+    # A process started after the loss knows no older generation: it cannot tell.
+    assert (await fresh.acquire(AcquireRequest(slots=(slot("s", "b", 2),)))).granted
+    # The first process that knew the old generation closes the gate for the rest of the
+    # window, for everyone.
+    late = await old.acquire(AcquireRequest(slots=(slot("t", "x", 2),)))
+    assert not late.granted and late.refused == (RECOVERING,)
+    refused = await fresh.acquire(AcquireRequest(slots=(slot("s", "c", 2),)))
+    assert not refused.granted and refused.refused == (RECOVERING,)
+
+
+async def test_a_brand_new_deployment_admits_at_once(
+    redis_pair: tuple[RedisLimiterBackend, RedisLimiterBackend],
+) -> None:
+    be, other = redis_pair
+    assert (await be.acquire(AcquireRequest(slots=(slot("s", "a", 2),)))).granted
+    assert (await other.acquire(AcquireRequest(slots=(slot("s", "b", 2),)))).granted
 
 
 # -- admission over each backend -------------------------------------------------------------

@@ -15,6 +15,7 @@ from floodway.config import ResourceConfig, TenantConfig
 from floodway.core.errors import InvalidInput
 from floodway.core.task import Lane
 from floodway.limits.admission import (
+    EPOCH,
     GRANTED_AT,
     REQUESTS,
     SLOT,
@@ -299,7 +300,7 @@ async def test_settle_refunds_and_debits_to_actual_usage() -> None:
 async def test_release_gives_everything_back() -> None:
     r = rig(ResourceConfig(concurrency=1, requests_per_minute=60, tokens_per_minute=600, burst=50))
     (permit,) = await r.admit_permits(cand("t", cost=200))
-    assert set(permit.holds) == {SLOT, REQUESTS, TOKENS, GRANTED_AT}
+    assert set(permit.holds) == {SLOT, REQUESTS, TOKENS, GRANTED_AT, EPOCH}
     await r.adm.release(permit, r.now)
     snap = (await r.adm.snapshot())["llm"]
     assert snap.in_flight == 0
@@ -321,6 +322,7 @@ async def test_keep_slot_holds_the_slot_until_the_final_settle() -> None:
 async def test_a_crashed_holder_s_slot_expires() -> None:
     r = rig(ResourceConfig(concurrency=1), tuning=AdmissionTuning(slot_ttl_s=30))
     (permit,) = await r.admit_permits(cand("crashed"))
+    assert await r.adm.renew([permit]) == []  # claimed: the slot now lasts slot_ttl_s
     await r.clock.advance(20)
     await r.adm.renew([permit])
     await r.clock.advance(20)
@@ -429,6 +431,17 @@ async def test_an_unmetered_dimension_reported_exhausted_pauses_the_resource() -
     assert await r.admit(cand("b")) == ["b"]
 
 
+async def test_a_slot_whose_claim_never_came_expires_after_the_claim_ttl() -> None:
+    """The admitting process died before its claim: the task is admissible again soon."""
+    tuning = AdmissionTuning(slot_ttl_s=120, claim_ttl_s=5)
+    r = rig(ResourceConfig(concurrency=1), tuning=tuning)
+    assert await r.admit(cand("orphaned")) == ["orphaned"]
+    await r.clock.advance(4.9)
+    assert await r.admit(cand("orphaned"), cand("next")) == []
+    await r.clock.advance(0.2)
+    assert await r.admit(cand("orphaned"), cand("next")) == ["orphaned"]
+
+
 async def test_a_cost_no_bucket_can_hold_reserves_nothing() -> None:
     r = rig(tpm(600, burst=50))  # holds 500; check_fits would have refused 900 at submit
     impossible = cand("huge", cost=900, lane=Lane.INTERACTIVE, created_at=T0 - 3600)
@@ -439,6 +452,7 @@ async def test_renew_reports_lost_slots_and_release_slots_frees_only_slots() -> 
     r = rig(ResourceConfig(concurrency=2, tokens_per_minute=600, burst=50))
     tuning_ttl = AdmissionTuning().slot_ttl_s
     a, b = await r.admit_permits(cand("a", cost=100), cand("b", cost=100))
+    assert await r.adm.renew([a, b]) == []  # both claimed
     await r.clock.advance(tuning_ttl / 2)
     assert await r.adm.renew([a]) == []
     await r.clock.advance(tuning_ttl / 2 + 1)
@@ -609,7 +623,9 @@ async def _run_ops(r: Rig, ops: Sequence[tuple[object, ...]]) -> None:
                 c = cand(f"t{next(ids)}", cost=cost, tenant=tenant, lane=lane, created_at=r.now)
                 queued[c.task_id] = c
         elif op[0] == "admit":
-            for p in await r.adm.admit(list(queued.values()), r.now):
+            admitted = await r.adm.admit(list(queued.values()), r.now)
+            await r.adm.renew(admitted)  # the claims landed (as the worker confirms them)
+            for p in admitted:
                 del queued[p.task_id]
                 ledger.in_flight[p.task_id] = p
                 for key, hold in ((REQUESTS, REQUESTS), (TOKENS, TOKENS)):
