@@ -63,6 +63,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
+        self._confirming: set[asyncio.Task[None]] = set()
         self.claimed = 0
         self.completed = 0
         self.completer = Completer(engine.store, engine.clock)
@@ -100,6 +101,8 @@ class Worker:
                 job.cancel()
             if pending:
                 await asyncio.wait(pending)
+        if self._confirming:
+            await asyncio.wait(self._confirming)
         for loop in self._loops:
             loop.cancel()
         for loop in self._loops:
@@ -207,16 +210,26 @@ class Worker:
                 ctx.cancelled.set()
             run.job = asyncio.create_task(self._run(run), name=f"floodway-task-{task.id}")
         self.claimed += len(tasks)
+        confirmed = [permits[t.id] for t in tasks if t.id in permits]
+        if confirmed:
+            confirm = asyncio.create_task(self._confirm_slots(confirmed))
+            self._confirming.add(confirm)
+            confirm.add_done_callback(self._confirming.discard)
         return len(tasks)
+
+    async def _confirm_slots(self, permits: list[Permit]) -> None:
+        """The claims landed: hold their provider slots for as long as the tasks run (a slot
+        taken at admission lasts only the claim TTL). Beside the calls, not before them: the
+        order does not matter, a renewal that comes after a release renews nothing."""
+        try:
+            await self.engine.admission.renew(permits)
+        except Exception:  # the next heartbeat tries again, well within the claim TTL
+            log.warning("could not confirm the limiter slots of %d claims", len(permits))
 
     # -- one task -----------------------------------------------------------------------------
     async def _run(self, run: _Running) -> None:
         engine = self.engine
         spec = engine.kinds.get(run.task.kind)
-        try:  # the claim landed: hold the provider slots for as long as the task runs
-            await engine.admission.renew([run.permit])
-        except Exception:  # the next heartbeat tries again, well within the claim's slot TTL
-            log.warning("task %s: could not confirm its limiter slots", run.task.id, exc_info=True)
         try:
             outcome = await execute(spec, run.ctx, engine.policy, engine.clock)
         except ParkUpstream as park:  # -- upstream jobs: the handler waits on a durable timer --

@@ -24,7 +24,7 @@ from floodway import (
     Task,
     UnknownKind,
 )
-from floodway.config import Settings
+from floodway.config import ResourceConfig, Settings
 from floodway.core.outcome import Completion
 from floodway.core.task import ErrorClass
 from floodway.maintenance.loop import Retainer
@@ -32,6 +32,7 @@ from floodway.maintenance.sweeper import Sweeper
 from floodway.serving import serve_app
 from floodway.store.base import ClaimParams
 from floodway.testing import FakeClock, SimulatedProvider, settle
+from floodway.worker.worker import Worker, WorkerOptions
 
 
 async def wait_all(fw: Floodway, tasks: list[Task]) -> list[Task]:
@@ -463,3 +464,35 @@ async def test_dead_letter_alert_url_gets_a_post(db_url: str, clock: FakeClock) 
             await fw.close()
     assert received[0]["event"] == "task.dead" and received[0]["task_id"] == task.id
     assert received[0]["error"]["class"] == "exhausted"
+
+
+async def test_a_claimed_task_keeps_its_provider_slot_past_the_claim_ttl(
+    db_url: str, clock: FakeClock
+) -> None:
+    """A slot taken at admission lasts the claim TTL (10 s); the claim confirms it for as long
+    as the task runs, heartbeats or not."""
+    settings = Settings(database=db_url, resources={"p": ResourceConfig(concurrency=1)})
+    fw = Floodway(settings=settings, clock=clock)
+    gate = asyncio.Event()
+
+    @fw.kind("slow", resource="p")
+    async def slow(ctx: Context, value: dict[str, Any]) -> dict[str, Any]:
+        await gate.wait()
+        return value
+
+    async with fw:
+        a, b = await fw.submit("slow", {"n": 1}), await fw.submit("slow", {"n": 2})
+        # No heartbeat in this test's span: only the claim's confirmation holds the slot.
+        worker = Worker(fw.engine, WorkerOptions(concurrency=2, heartbeat_s=3600, lease_s=7200))
+        await worker.start()
+        try:
+            await settle()
+            await clock.advance(60)
+            await settle()
+            statuses = [(await fw.get(t.id)).status for t in (a, b)]
+            assert statuses == [Status.RUNNING, Status.QUEUED]  # the cap of 1 still holds
+            gate.set()
+            done = await wait_all(fw, [a, b])
+        finally:
+            await worker.stop()
+    assert [t.status for t in done] == [Status.SUCCEEDED, Status.SUCCEEDED]
