@@ -144,6 +144,8 @@ class Settings(BaseSettings):
 
     database: str = "sqlite:///floodway.db"
     redis: str = ""
+    #: one deployment's keys in a shared Redis: ``floodway:{<redis_prefix>}:...``
+    redis_prefix: str = Field("default", pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
     alert_url: str = ""
     api: ApiConfig = Field(default_factory=ApiConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)

@@ -35,6 +35,7 @@ from floodway.core.errors import (
     TaskNotFound,
     UnknownKind,
 )
+from floodway.limits.backend import LimiterUnavailable
 
 log = logging.getLogger("floodway.api")
 
@@ -176,6 +177,15 @@ def from_floodway_error(exc: FloodwayError, instance: str | None = None) -> JSON
             headers={"Retry-After": retry_after_header(exc.retry_after)},
             limit=exc.limit,
             retry_after=exc.retry_after,
+        )
+    if isinstance(exc, LimiterUnavailable):  # a StoreError too: test it first
+        log.error("limiter error: %s", exc)
+        return problem_response(
+            503,
+            "limiter-unavailable",
+            "the shared limiter (Redis) is unavailable; try again shortly",
+            instance=instance,
+            headers={"Retry-After": "1"},
         )
     if isinstance(exc, StoreError):
         log.error("store error: %s", exc)

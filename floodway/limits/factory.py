@@ -13,12 +13,12 @@ from floodway.limits.base import Admission, NoLimits
 from floodway.limits.local import LocalLimiterBackend
 
 
-def build_backend(settings: Settings, clock: Clock, prefix: str = "default") -> LimiterBackend:
+def build_backend(settings: Settings, clock: Clock) -> LimiterBackend:
     """Redis when ``redis`` is set (limits shared by every process), else in-process."""
     if settings.redis:
         from floodway.limits.redis_backend import RedisLimiterBackend
 
-        return RedisLimiterBackend.from_url(settings.redis, prefix)
+        return RedisLimiterBackend.from_url(settings.redis, settings.redis_prefix)
     return LocalLimiterBackend(clock)
 
 

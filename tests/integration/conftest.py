@@ -77,6 +77,7 @@ def start_api(tmp_path: Path, api_stack: AsyncExitStack) -> StartApi:
         kinds: dict[str, KindConfig] | None = None,
         handlers: dict[str, Any] | None = None,
         run_workers: bool = True,
+        redis: str = "",
         deliver_webhooks: bool | None = None,
         outbox_options: OutboxOptions = FAST_OUTBOX,
         sse_recheck_s: float = 0.2,
@@ -87,6 +88,7 @@ def start_api(tmp_path: Path, api_stack: AsyncExitStack) -> StartApi:
             api=ApiConfig(keys=keys or {}, **(api or {})),
             tenants=TenantConfig(**(tenants or {})),
             kinds=kinds or {},
+            redis=redis,
         )
         fw = Floodway(settings=settings)
         provider = SimulatedProvider(latency_s=0.01)

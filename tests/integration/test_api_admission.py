@@ -33,6 +33,24 @@ async def test_submit_rate_refuses_with_retry_after(start_api: StartApi) -> None
     assert len((await a.get("/v1/tasks")).json()["items"]) == 3
 
 
+async def test_submits_answer_503_naming_the_limiter_while_its_redis_is_down(
+    start_api: StartApi,
+) -> None:
+    """The submit rate cannot be checked: refuse (fail closed), say why, store nothing."""
+    server = await start_api(
+        tenants={"submit_rate": "100/s"}, redis="redis://127.0.0.1:1/0", run_workers=False
+    )
+    http = await server.client()
+    resp = await http.post("/v1/tasks", json={"kind": "sim", "input": {}})
+    assert resp.status_code == 503, resp.text
+    assert resp.headers["content-type"] == "application/problem+json"
+    assert resp.headers["retry-after"] == "1"
+    problem = resp.json()
+    assert problem["type"] == "urn:floodway:problem:limiter-unavailable"
+    assert "Redis" in problem["detail"]
+    assert (await http.get("/v1/tasks")).json()["items"] == []
+
+
 async def test_interactive_depth_refuses_with_retry_after(start_api: StartApi) -> None:
     server = await start_api(tenants={"interactive_depth": 2}, run_workers=False)
     http = await server.client()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from floodway.config import Settings, TenantConfig
 from floodway.core.task import Lane
@@ -79,9 +80,13 @@ async def test_build_admission() -> None:
 
 
 async def test_build_backend_picks_redis_when_configured() -> None:
-    backend = build_backend(Settings(redis="redis://127.0.0.1:6379/0"), FakeClock())
+    settings = Settings(redis="redis://127.0.0.1:6379/0", redis_prefix="staging")
+    backend = build_backend(settings, FakeClock())
     assert isinstance(backend, RedisLimiterBackend)  # no connection is made until used
+    assert backend.key("x") == "floodway:{staging}:x"
     await backend.aclose()
+    with pytest.raises(ValidationError):
+        Settings(redis_prefix="a}b")
     assert isinstance(build_backend(Settings(), FakeClock()), LocalLimiterBackend)
 
 
