@@ -3,7 +3,10 @@ engine sees it, and the options the engine takes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from fnmatch import fnmatchcase
 from typing import Any
+from urllib.parse import urlsplit
 
 from floodway.api.schemas import SubmitIn
 from floodway.api.state import ApiState
@@ -20,6 +23,8 @@ def precheck(fw: Floodway, item: SubmitIn) -> None:
     """
     spec = fw.engine.kinds.get(item.kind)
     check_input(item.input)
+    if item.callback_url is not None:
+        check_callback_host(item.callback_url, fw.settings.api.callback_hosts)
     if item.metadata is not None:
         try:
             check_input(item.metadata)
@@ -32,6 +37,19 @@ def precheck(fw: Floodway, item: SubmitIn) -> None:
             f"kind {item.kind!r} cannot estimate the cost of this input: "
             f"{type(exc).__name__}: {exc}"
         ) from None
+
+
+def check_callback_host(url: str, allowed: Sequence[str]) -> None:
+    """``api.callback_hosts``: the outbox POSTs from inside the deployment's network, so only
+    hosts the operator named may receive it (no list: any host)."""
+    if not allowed:
+        return
+    host = (urlsplit(url).hostname or "").lower()
+    if not any(fnmatchcase(host, pattern.lower()) for pattern in allowed):
+        raise InvalidInput(
+            f"callback_url: host {host!r} is not allowed here (api.callback_hosts: "
+            f"{', '.join(allowed)})"
+        )
 
 
 async def admit_submit(state: ApiState, tenant: str) -> None:

@@ -106,3 +106,29 @@ async def test_a_receiver_that_never_answers_is_given_up(
         )
     ).json()
     await eventually(lambda: callback_state_is(server, dead["id"], "failed"))
+
+
+async def test_callback_hosts_keeps_the_outbox_off_hosts_nobody_named(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    receiver = Receiver()
+    url = await serve_receiver(api_stack, receiver)  # http://127.0.0.1:<port>/hook
+    server = await start_api(api={"callback_hosts": ["127.0.0.1", "*.hooks.example"]})
+    http = await server.client()
+    inside = "http://169.254.169.254/latest/meta-data"  # a cloud metadata endpoint, say
+    for body in (
+        {"kind": "sim", "input": {}, "callback_url": inside},
+        {"tasks": [{"kind": "sim", "input": {"n": 1}, "callback_url": inside}]},
+    ):
+        path = "/v1/tasks" if "kind" in body else "/v1/batches"
+        resp = await http.post(path, json=body)
+        assert resp.status_code == 422, resp.text  # as any other invalid input
+        assert resp.headers["content-type"] == "application/problem+json"
+        assert "'169.254.169.254' is not allowed" in resp.json()["detail"]
+        assert "api.callback_hosts" in resp.json()["detail"]
+    assert (await http.get("/v1/tasks")).json()["items"] == []  # nothing was stored
+    ok = await http.post("/v1/tasks", json={"kind": "sim", "input": {"n": 2}, "callback_url": url})
+    assert ok.status_code == 202
+    also = {"kind": "sim", "input": {"n": 3}, "callback_url": "https://A.Hooks.Example/x"}
+    assert (await http.post("/v1/tasks", json=also)).status_code == 202
+    await asyncio.wait_for(receiver.got_one.wait(), 20)
