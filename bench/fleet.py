@@ -1,4 +1,5 @@
-"""F1 and F2: Q1 on a fleet -- four `floodway worker` processes, one PostgreSQL, one Redis.
+"""F1 and F2: Q1 on a fleet -- four `floodway worker` processes and one `floodway api`, one
+PostgreSQL, one Redis.
 
     python -m bench.fleet                       # F1, F2-kill and F2-redis, 3 runs each
     python -m bench.fleet --scenario F1 --runs 5
@@ -18,10 +19,11 @@ the resource ``sim`` (concurrency 10) through the shared Redis limiter.
 F2 figures: tasks lost (not terminal at the end), charged twice (the provider's ledger) and
 whether a limit was exceeded (a 429, or more than 10 in flight at the provider).
 
-Definitions. The clock starts when the 200 tasks are submitted, the worker processes already
-up (their start-up is not the scheduler's work); the makespan ends when the ledger shows every
-task terminal. The optimum is what the cap allows for the work the provider really did: the sum
-of its request durations (failed ones included) / 10.
+Definitions. The clock starts when the 200 tasks are submitted (one ``POST /v1/batches`` to
+the API process), the processes already up (their start-up is not the scheduler's work); the
+makespan ends when the ledger shows every task terminal. The optimum is what the cap allows
+for the work the provider really did: the sum of its request durations (failed ones included)
+/ 10.
 
 Each run gets a fresh PostgreSQL database (created on the server of --database, dropped after)
 and a private ``redis-server`` on a free port: F2-redis stops only that one. Writes
@@ -50,11 +52,13 @@ from floodway.store.base import TaskQuery
 from tests.acceptance.fleet_app import (
     KIND,
     PG_URL,
+    ApiProcess,
     RedisServer,
     WorkerProcess,
     build,
     fresh_database,
     private_redis,
+    spawn_api,
     spawn_worker,
     until,
 )
@@ -180,6 +184,7 @@ async def one_run(scenario: str, opts: Options, seed: int) -> dict[str, Any]:
             provider.attach(sim.state)
             fw = build(database, sim.url, redis=redis.url, cap=CAP)
             async with fw:
+                api = spawn_api(database, redis.url, sim.url, Path(tmp) / "api.log", cap=CAP)
                 workers = [
                     spawn_worker(
                         database,
@@ -193,16 +198,20 @@ async def one_run(scenario: str, opts: Options, seed: int) -> dict[str, Any]:
                     for i in range(opts.workers)
                 ]
                 try:
-                    return await _drive(scenario, opts, fw, workers, redis, sim.state, provider)
+                    return await _drive(
+                        scenario, opts, fw, api, workers, redis, sim.state, provider
+                    )
                 finally:
                     for w in workers:
                         w.stop(30)
+                    api.stop(30)
 
 
 async def _drive(
     scenario: str,
     opts: Options,
     fw: Floodway,
+    api: ApiProcess,
     workers: list[WorkerProcess],
     redis: RedisServer,
     state: SimulatorState,
@@ -212,9 +221,10 @@ async def _drive(
         return all(w.ready() for w in workers)
 
     await until(ready, 60, "every worker process started")
+    await until(api.healthy, 60, "the API process answers")
     loop = asyncio.get_running_loop()
     t0 = loop.time()
-    tasks = await fw.submit_many(KIND, [{"n": i} for i in range(opts.tasks)])
+    tasks = await api.submit_batch(KIND, [{"n": i} for i in range(opts.tasks)])
     fault = Fault()
 
     async def inject() -> None:
@@ -237,7 +247,7 @@ async def _drive(
     handoffs = provider.handoffs_ms(CAP)
     first_start = min(provider.started.values(), default=t0) - t0
     last_end = max(provider.ended.values(), default=t0) - t0
-    final = [await fw.get(t.id) for t in tasks]
+    final = [await fw.get(task_id) for task_id in tasks]
     states = Counter(t.status.value for t in final)
     busy = provider.busy_s()
     optimum = busy / CAP

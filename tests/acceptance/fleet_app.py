@@ -255,6 +255,28 @@ class WorkerProcess:
         return self.proc.wait()
 
 
+def _fleet_env(database: str, redis: str, sim_url: str, cap: int) -> dict[str, str]:
+    return {
+        **os.environ,
+        "FLOODWAY_DATABASE": database,
+        "FLOODWAY_REDIS": redis,
+        "FLEET_CAP": str(cap),
+        "SIM_URL": sim_url,
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "floodway.cli", *args, "--app", "tests.acceptance.fleet_app:fw"],
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
 def spawn_worker(
     database: str,
     redis: str,
@@ -265,33 +287,40 @@ def spawn_worker(
     concurrency: int = 10,
     cap: int = 10,
 ) -> WorkerProcess:
-    env = {
-        **os.environ,
-        "FLOODWAY_DATABASE": database,
-        "FLOODWAY_REDIS": redis,
-        "FLOODWAY_WORKER__LEASE": lease,
-        "FLEET_CAP": str(cap),
-        "SIM_URL": sim_url,
-        "PYTHONPATH": str(ROOT),
-    }
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "floodway.cli",
-                "worker",
-                "--app",
-                "tests.acceptance.fleet_app:fw",
-                "--concurrency",
-                str(concurrency),
-            ],
-            env=env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    return WorkerProcess(proc, log)
+    env = {**_fleet_env(database, redis, sim_url, cap), "FLOODWAY_WORKER__LEASE": lease}
+    return WorkerProcess(_spawn(["worker", "--concurrency", str(concurrency)], env, log), log)
+
+
+@dataclass
+class ApiProcess(WorkerProcess):
+    """One ``floodway api --app tests.acceptance.fleet_app:fw`` process on a free port."""
+
+    url: str = ""
+
+    async def healthy(self) -> bool:
+        assert self.proc.poll() is None, f"the API process exited:\n{self.output()}"
+        try:
+            async with httpx.AsyncClient(base_url=self.url, timeout=2) as http:
+                return (await http.get("/healthz")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def submit_batch(self, kind: str, inputs: list[dict[str, Any]]) -> list[str]:
+        """POST /v1/batches: every task in one transaction; their ids, in order."""
+        async with httpx.AsyncClient(base_url=self.url, timeout=30) as http:
+            resp = await http.post(
+                "/v1/batches", json={"tasks": [{"kind": kind, "input": v} for v in inputs]}
+            )
+        assert resp.status_code == 202, resp.text
+        ids: list[str] = resp.json()["task_ids"]
+        return ids
+
+
+def spawn_api(database: str, redis: str, sim_url: str, log: Path, *, cap: int = 10) -> ApiProcess:
+    port = free_port()
+    args = ["api", "--host", "127.0.0.1", "--port", str(port)]
+    proc = _spawn(args, _fleet_env(database, redis, sim_url, cap), log)
+    return ApiProcess(proc, log, url=f"http://127.0.0.1:{port}")
 
 
 def _pg_bin(name: str) -> str | None:

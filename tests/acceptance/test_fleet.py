@@ -1,5 +1,6 @@
-"""The fleet (S12, S14, S24): four real ``floodway worker`` processes share one PostgreSQL
-ledger and one Redis limiter, against the simulated provider capped at 10 in flight.
+"""The fleet (S12, S14, S24): four real ``floodway worker`` processes and one ``floodway api``
+process share one PostgreSQL ledger and one Redis limiter, against the simulated provider
+capped at 10 in flight; the batches go in through the API.
 
 Invariant 3 summed over processes (peak <= 10, no 429), invariants 1 and 2 under a SIGKILL
 (nothing lost, nothing billed twice) and fail-closed dispatch while Redis is down. The last two
@@ -32,11 +33,13 @@ from tests.acceptance.fleet_app import (
     KIND,
     PG_URL,
     RESOURCE,
+    ApiProcess,
     RedisServer,
     WorkerProcess,
     build,
     fresh_database,
     private_redis,
+    spawn_api,
     spawn_worker,
     until,
 )
@@ -74,8 +77,14 @@ class Fleet:
     fw: Floodway  # this process: it submits and watches (and runs a worker in the last test)
     tmp: Path
     workers: list[WorkerProcess]
+    api: ApiProcess | None = None
 
     def spawn(self, n: int) -> None:
+        """``n`` more worker processes, and the one ``floodway api`` process tasks go through."""
+        if self.api is None:
+            self.api = spawn_api(
+                self.database, self.redis.url, self.sim.url, self.tmp / "api.log", cap=CAP
+            )
         for _ in range(n):
             log = self.tmp / f"worker{len(self.workers) + 1}.log"
             self.workers.append(
@@ -89,9 +98,14 @@ class Fleet:
             return all(w.ready() for w in self.workers)
 
         await until(ready, 60, "every worker process started")
+        assert self.api is not None
+        await until(self.api.healthy, 60, "the API process answers")
 
     async def submit(self, n: int) -> list[Task]:
-        return await self.fw.submit_many(KIND, [{"n": i} for i in range(n)])
+        """``n`` tasks in one ``POST /v1/batches`` to the API process."""
+        assert self.api is not None, "spawn() first"
+        ids = await self.api.submit_batch(KIND, [{"n": i} for i in range(n)])
+        return await self.tasks(ids)
 
     async def tasks(self, ids: list[str]) -> list[Task]:
         return [await self.fw.get(i) for i in ids]
@@ -114,6 +128,9 @@ class Fleet:
         return owners
 
     def stop_workers(self) -> list[int]:
+        """Stop the workers (their exit codes) and the API."""
+        if self.api is not None:
+            self.api.stop()
         return [w.stop() for w in self.workers]
 
 
@@ -147,6 +164,8 @@ async def fleet(tmp_path: Path, latency_ms: float, sim_cap: int) -> AsyncIterato
         finally:
             for w in fleet.workers:
                 w.stop(10)
+            if fleet.api is not None:
+                fleet.api.stop(10)
 
 
 async def slots_held(fw: Floodway) -> int:
@@ -318,7 +337,7 @@ async def test_redis_restart_during_long_calls_keeps_the_cap(fleet: Fleet) -> No
 # -- 5. a process dies between taking a slot and claiming the task ----------------------------
 async def test_slot_orphaned_before_the_claim_does_not_block_its_task(fleet: Fleet) -> None:
     fw = fleet.fw
-    [task] = await fleet.submit(1)
+    [task] = await fw.submit_many(KIND, [{"n": 0}])
     # Another process (a 2 s claim TTL instead of 10 s, to keep the test short) admits it...
     doomed = build(
         fleet.database,
