@@ -112,7 +112,8 @@ class Worker:
     def cancel_local(self, task_id: str) -> bool:
         """Deliver a cancel request to a task running in this process, at once."""
         run = self.running.get(task_id)
-        if run is None:
+        if run is None:  # parked on an upstream job, perhaps: the cancel made its poll due
+            self.upstream.wake(self.engine.clock.now())
             return False
         run.ctx.cancelled.set()
         return True

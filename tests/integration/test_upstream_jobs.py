@@ -283,25 +283,20 @@ async def test_a_job_that_never_ends_times_out_and_is_cancelled_upstream(
         assert sim.state.stats.polls == 3
 
 
-async def test_cancelling_a_parked_task_cancels_the_upstream_job(db_url: str) -> None:
-    config = SimulatorConfig(async_jobs=True, job_duration_ms=30_000, latency_jitter=0)
+async def test_cancelling_a_parked_task_cancels_the_upstream_job_at_once(db_url: str) -> None:
+    config = SimulatorConfig(async_jobs=True, job_duration_ms=300_000, latency_jitter=0)
     async with running_simulator(config) as sim:
-        kinds = {
-            "gen": {
-                "adapter": "simulated",
-                "url": sim.url,
-                "poll_after": "50ms",
-                "options": {"poll_max_interval": "100ms"},
-            }
-        }
+        # The first poll is a minute away: the cancel must not wait for it.
+        kinds = {"gen": {"adapter": "simulated", "url": sim.url, "poll_after": "60s"}}
         async with floodway_with(db_url, kinds) as fw, fw.worker(concurrency=2):
             task = await fw.submit("gen", {"n": 1})
             while not (await fw.get(task.id)).parked:
                 await fw.clock.sleep(0.01)
             await fw.cancel(task.id)
-            ended = await fw.wait(task.id, timeout=30)
+            ended = await fw.wait(task.id, timeout=20)
     assert ended.status is Status.CANCELLED
     assert sim.state.stats.cancelled == 1
+    assert sim.state.stats.polls == 0
 
 
 async def test_a_failed_job_is_submitted_again_by_the_next_attempt(db_url: str) -> None:

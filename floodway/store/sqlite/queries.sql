@@ -163,7 +163,11 @@ WHERE id = :id AND status = :expected
 RETURNING id;
 
 -- name: request_cancel_running
-UPDATE tasks SET cancel_requested = 1, updated_at = :now WHERE id = :id AND status = 'running';
+-- A parked task's poll falls due at once: the poller cancels its upstream job now, not at the
+-- next poll (which may be a minute away).
+UPDATE tasks SET cancel_requested = 1, updated_at = :now,
+    next_attempt_at = CASE WHEN parked = 1 THEN :now ELSE next_attempt_at END
+WHERE id = :id AND status = 'running';
 
 -- name: manual_retry
 UPDATE tasks SET status = 'queued', attempts = 0, invalid_outputs = 0, result = NULL,
