@@ -279,6 +279,21 @@ class LimitsAdmission:
     def next_admission_in(self, now: float) -> float | None:
         return None if self._retry_at is None else max(0.0, self._retry_at - now)
 
+    async def saturated(self, kinds: Sequence[str]) -> bool:
+        """One slot count per resource. A kind without a concurrency cap is never saturated,
+        nor is a resource limited only by buckets (their refill is timed, not signalled)."""
+        names = {self._kinds.get(k) for k in kinds}
+        plans = [self._plan(n) for n in names]
+        if not plans or any(p is None or not p.concurrency for p in plans):
+            return False
+        for plan in plans:
+            assert plan is not None
+            cap = plan.concurrency_at(self._factor(plan))
+            if await self._backend.slots_in_use(plan.slot_key) < cap:
+                return False
+        self._retry_at = None  # only a release can help now: no timed wake-up
+        return True
+
     # -- for the engine -----------------------------------------------------------------------
     def check_fits(self, resource: str | None, cost: float) -> None:
         """Refuse at submit a task that no bucket could ever admit (it would wait forever)."""

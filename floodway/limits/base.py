@@ -70,6 +70,12 @@ class Admission(Protocol):
         """Seconds until something held back could be admitted (None: only on a release)."""
         ...
 
+    async def saturated(self, kinds: Sequence[str]) -> bool:
+        """True when no task of these kinds could be admitted now for want of a concurrency
+        slot (every kind's resource has all its slots in use): a cheap look that spares a
+        blocked dispatcher the listing and the admission pass on every wake-up."""
+        ...
+
     @property
     def limited(self) -> bool:
         """False when nothing is limited: the dispatcher may claim without listing first."""
@@ -104,3 +110,6 @@ class NoLimits:
 
     def next_admission_in(self, now: float) -> float | None:
         return None
+
+    async def saturated(self, kinds: Sequence[str]) -> bool:
+        return False

@@ -64,6 +64,8 @@ class Worker:
         self._slot_freed = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._confirming: set[asyncio.Task[None]] = set()
+        #: the last pass admitted nothing: look at the slot counts before listing again
+        self._blocked = False
         self.claimed = 0
         self.completed = 0
         self.completer = Completer(engine.store, engine.clock)
@@ -174,11 +176,18 @@ class Worker:
         params = ClaimParams(self.owner, new_token(), kinds, limit, now, self.options.lease_s)
         permits: dict[str, Permit] = {}
         if engine.admission.limited:
+            # Every write of every process wakes every dispatcher (claims and completions
+            # too); while the resources are full, one slot count per resource answers such a
+            # wake-up, not a listing and an admission pass. A slot freed anywhere shows there.
+            if self._blocked and await engine.admission.saturated(kinds):
+                return 0
             ready = await engine.store.ready(ReadyQuery(kinds, now, max(limit, 16)))
             if not ready:
+                self._blocked = False
                 return 0
             admitted = await engine.admission.admit(ready, now, limit=limit)
             permits = {p.task_id: p for p in admitted}
+            self._blocked = not permits
             if not permits:
                 return 0
             params = ClaimParams(

@@ -676,3 +676,21 @@ def _check_slots(ledger: Ledger, concurrency: int, adm: LimitsAdmission) -> None
         for p in ledger.in_flight.values():
             per_tenant[p.tenant] = per_tenant.get(p.tenant, 0) + 1
         assert all(n <= cap for n in per_tenant.values()), per_tenant
+
+
+async def test_saturated_means_every_slot_of_every_resource_is_taken() -> None:
+    r = rig(ResourceConfig(concurrency=2))
+    assert not await r.adm.saturated(["llm-call"])
+    a, _ = await r.admit_permits(cand("a"), cand("b"))
+    assert await r.adm.saturated(["llm-call"])
+    assert r.adm.next_admission_in(r.now) is None  # only a release helps
+    # A kind with no resource (or an unknown one) can always be admitted.
+    assert not await r.adm.saturated(["llm-call", "plain"])
+    await r.adm.release_slots(a)
+    assert not await r.adm.saturated(["llm-call"])
+
+
+async def test_a_resource_limited_by_buckets_alone_is_never_saturated() -> None:
+    r = rig(tpm(600, burst=1))
+    await r.admit(cand("drain", cost=10))
+    assert not await r.adm.saturated(["llm-call"])
