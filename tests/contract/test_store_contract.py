@@ -591,6 +591,22 @@ async def test_park_frees_the_lease_until_the_poll_is_due(store: Store) -> None:
     assert (await load(store, t.id)).poll_attempts == 1
 
 
+async def test_a_cancel_makes_a_parked_task_s_poll_due_at_once(store: Store) -> None:
+    """The poller then cancels the upstream job now, not at the next poll."""
+    t = await run_one(store)
+    assert await store.park(t.id, "tok-1", "job", NOW + 600, NOW + 1)
+    cancelling = await store.request_cancel(t.id, None, NOW + 2)
+    assert (cancelling.status, cancelling.cancel_requested) == (S.RUNNING, True)
+    assert await store.next_parked_at() == NOW + 2
+    (woken,) = await store.claim_parked(ClaimParams("poller", "tok-p", KINDS, 10, NOW + 2, 30))
+    assert woken.id == t.id and woken.cancel_requested
+    # A running task that is not parked keeps its schedule: its worker gets the signal.
+    u = await run_one(store)
+    before = (await load(store, u.id)).next_attempt_at
+    await store.request_cancel(u.id, None, NOW + 3)
+    assert (await load(store, u.id)).next_attempt_at == before
+
+
 async def test_a_parked_task_is_completed_by_the_first_webhook_only(store: Store) -> None:
     t = await run_one(store)
     not_parked = await store.complete(

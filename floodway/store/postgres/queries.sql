@@ -13,6 +13,49 @@ VALUES (%(id)s, %(kind)s, 'queued', %(lane)s, %(lane_rank)s, %(tenant)s, %(input
         %(callback_url)s::text, %(batch_id)s::text)
 RETURNING *;
 
+-- Statements on many rows take them as one JSON array of objects (%(rows)s), read with
+-- json_to_recordset: one string to send, where an array per column costs the driver a
+-- conversion per element. WITH ORDINALITY keeps the caller's order. Those that find existing
+-- rows also match the keys with `= ANY(ARRAY(...))`: the planner cannot see how few rows a
+-- function returns, and would otherwise scan a whole table of a few thousand rows to join.
+
+-- Many submits' tasks in one statement (no request keys, no depth checks: those go one by one
+-- through insert_task): the rows in the given order (seq follows it), their queued events,
+-- and the fingerprints nobody holds yet. owns_work is false for a task whose fingerprint
+-- someone else (or an earlier task of this statement) already holds: it dedupes or waits
+-- next, as after claim_fingerprint.
+-- name: insert_tasks
+WITH given AS (
+    SELECT * FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
+            id text, kind text, lane text, lane_rank integer, tenant text, input text,
+            max_attempts integer, idempotency_key text, fingerprint text,
+            cost_estimated double precision, now double precision,
+            deadline_at double precision, metadata text, callback_url text, batch_id text))
+        WITH ORDINALITY AS g(id, kind, lane, lane_rank, tenant, input, max_attempts,
+                             idempotency_key, fingerprint, cost_estimated, now, deadline_at,
+                             metadata, callback_url, batch_id, ord)
+), inserted AS (
+    INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
+                       idempotency_key, fingerprint, cost_estimated, created_at, updated_at,
+                       deadline_at, next_attempt_at, metadata, callback_url, batch_id)
+    SELECT id, kind, 'queued', lane, lane_rank, tenant, input, max_attempts, idempotency_key,
+           fingerprint, cost_estimated, now, now, deadline_at, now, metadata, callback_url,
+           batch_id
+    FROM given ORDER BY ord
+    RETURNING *
+), queued AS (
+    INSERT INTO task_events (task_id, status, at, attempt, detail)
+    SELECT id, 'queued', created_at, 0, '' FROM inserted ORDER BY seq
+), owned AS (
+    INSERT INTO fingerprints (fingerprint, task_id, state, updated_at)
+    SELECT fingerprint, id, 'inflight', now FROM given
+    WHERE fingerprint IS NOT NULL ORDER BY ord
+    ON CONFLICT (fingerprint) DO NOTHING
+    RETURNING task_id
+)
+SELECT inserted.*, owned.task_id IS NOT NULL AS owns_work
+FROM inserted LEFT JOIN owned ON owned.task_id = inserted.id;
+
 -- name: get_task
 SELECT * FROM tasks WHERE id = %(id)s;
 
@@ -95,6 +138,36 @@ UPDATE tasks SET status = 'deduped', duplicate_of = %(duplicate_of)s, waits_for 
 WHERE waits_for = %(waits_for)s AND status = 'queued'
 RETURNING id, tenant;
 
+-- release_work for many succeeded owners at once: mark their fingerprints (the rows' locks
+-- come first, as in fingerprint_succeeded), then hand each result to the owner's waiters.
+-- name: fingerprints_succeeded
+WITH given AS (
+    SELECT * FROM json_to_recordset(%(rows)s::json) AS (fingerprint text, task_id text))
+UPDATE fingerprints SET state = 'succeeded', updated_at = %(now)s
+FROM given
+WHERE fingerprints.fingerprint = ANY(ARRAY(SELECT fingerprint FROM given))
+  AND fingerprints.fingerprint = given.fingerprint AND fingerprints.task_id = given.task_id
+RETURNING fingerprints.task_id;
+
+-- name: resolve_waiters_of
+WITH given AS (SELECT * FROM json_to_recordset(%(rows)s::json) AS (owner text, result text)),
+resolved AS (
+    UPDATE tasks SET status = 'deduped', duplicate_of = w.owner, waits_for = NULL,
+        result = w.result, finished_at = %(now)s, updated_at = %(now)s,
+        callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending'
+                              ELSE callback_state END,
+        callback_next_at = CASE WHEN callback_url IS NOT NULL THEN %(now)s
+                                ELSE callback_next_at END
+    FROM given AS w
+    WHERE tasks.waits_for = ANY(ARRAY(SELECT owner FROM given))
+      AND tasks.waits_for = w.owner AND tasks.status = 'queued'
+    RETURNING tasks.id, tasks.tenant, tasks.seq, w.owner
+), logged AS (
+    INSERT INTO task_events (task_id, status, at, attempt, detail)
+    SELECT id, 'deduped', %(now)s, 0, 'result of ' || owner FROM resolved ORDER BY seq
+)
+SELECT id, tenant, owner FROM resolved ORDER BY seq;
+
 -- Locked, so a concurrent cancel of the heir cannot slip between choosing and promoting it.
 -- name: first_waiter
 SELECT id FROM tasks WHERE waits_for = %(waits_for)s AND status = 'queued'
@@ -141,8 +214,10 @@ FROM tenants CROSS JOIN LATERAL (
 ORDER BY t.lane_rank, t.seq;
 
 -- One statement: pick in dispatch order along tasks_ready, skipping rows another claimer
--- holds, and move them to running. MATERIALIZED runs the pick exactly once, so LIMIT bounds
--- the rows updated whatever plan the outer UPDATE gets.
+-- holds, move them to running and log their running events. MATERIALIZED runs the pick
+-- exactly once, so LIMIT bounds the rows updated whatever plan the UPDATE gets; and
+-- `= ANY(ARRAY(...))` makes that plan a primary-key lookup (`IN (SELECT ...)` got a scan of
+-- the whole table at a few thousand rows).
 -- name: claim_next
 WITH picked AS MATERIALIZED (
     SELECT seq FROM tasks
@@ -150,21 +225,33 @@ WITH picked AS MATERIALIZED (
       AND next_attempt_at <= %(now)s AND kind = ANY(%(kinds)s::text[])
     ORDER BY lane_rank, seq
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED)
-UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = %(owner)s,
-    lease_token = %(token)s, lease_expires_at = %(expires_at)s,
-    started_at = COALESCE(started_at, %(now)s), updated_at = %(now)s
-WHERE seq IN (SELECT seq FROM picked)
-RETURNING *;
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = %(owner)s,
+        lease_token = %(token)s, lease_expires_at = %(expires_at)s,
+        started_at = COALESCE(started_at, %(now)s), updated_at = %(now)s
+    WHERE seq = ANY(ARRAY(SELECT seq FROM picked))
+    RETURNING *
+), logged AS (
+    INSERT INTO task_events (task_id, status, at, attempt, detail)
+    SELECT id, 'running', %(now)s, attempts, %(owner)s FROM claimed ORDER BY lane_rank, seq
+)
+SELECT * FROM claimed;
 
 -- A row another claimer is moving is waited for and then re-checked, so it is taken once.
 -- name: claim_ids
-UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = %(owner)s,
-    lease_token = %(token)s, lease_expires_at = %(expires_at)s,
-    started_at = COALESCE(started_at, %(now)s), updated_at = %(now)s
-WHERE id = ANY(%(ids)s::text[])
-  AND status IN ('queued', 'retrying') AND waits_for IS NULL
-RETURNING *;
+WITH claimed AS (
+    UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = %(owner)s,
+        lease_token = %(token)s, lease_expires_at = %(expires_at)s,
+        started_at = COALESCE(started_at, %(now)s), updated_at = %(now)s
+    WHERE id = ANY(%(ids)s::text[])
+      AND status IN ('queued', 'retrying') AND waits_for IS NULL
+    RETURNING *
+), logged AS (
+    INSERT INTO task_events (task_id, status, at, attempt, detail)
+    SELECT id, 'running', %(now)s, attempts, %(owner)s FROM claimed ORDER BY lane_rank, seq
+)
+SELECT * FROM claimed;
 
 -- name: complete
 UPDATE tasks SET status = %(to)s, result = %(result)s::text, error = %(error)s::text,
@@ -183,6 +270,45 @@ WHERE id = %(id)s AND status = %(expected)s
   AND (%(token)s::text IS NULL OR lease_token = %(token)s::text)
   AND (NOT %(parked)s::boolean OR parked)
 RETURNING id, tenant, fingerprint, attempts;
+
+-- The compare-and-set of `complete` for many tasks at once (distinct ids), with their events
+-- in the given order; the tasks it did not move are the ones not returned.
+-- name: complete_many
+WITH given AS (
+    SELECT * FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
+            id text, expected text, token text, "to" text, result text, error text,
+            next_attempt_at double precision, refund integer, invalid integer,
+            cost_actual double precision, terminal boolean, parked boolean, detail text))
+        WITH ORDINALITY AS c(id, expected, token, dest, result, error, next_attempt_at,
+                             refund, invalid, cost_actual, terminal, parked, detail, ord)
+), moved AS (
+    UPDATE tasks SET status = c.dest, result = c.result, error = c.error,
+        next_attempt_at = COALESCE(c.next_attempt_at, tasks.next_attempt_at),
+        attempts = tasks.attempts - c.refund,
+        invalid_outputs = tasks.invalid_outputs + c.invalid,
+        cost_actual = COALESCE(c.cost_actual, tasks.cost_actual),
+        finished_at = CASE WHEN c.terminal THEN %(now)s::double precision END,
+        updated_at = %(now)s, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+        cancel_requested = false, parked = false,
+        callback_state = CASE WHEN c.terminal AND tasks.callback_url IS NOT NULL
+                              THEN 'pending' ELSE tasks.callback_state END,
+        callback_next_at = CASE WHEN c.terminal AND tasks.callback_url IS NOT NULL
+                                THEN %(now)s::double precision ELSE tasks.callback_next_at END
+    FROM given AS c
+    WHERE tasks.id = ANY(ARRAY(SELECT id FROM given))
+      AND tasks.id = c.id AND tasks.status = c.expected
+      AND (c.token IS NULL OR tasks.lease_token = c.token)
+      AND (NOT c.parked OR tasks.parked)
+    RETURNING tasks.id, tasks.tenant, tasks.fingerprint, tasks.attempts, c.dest, c.detail,
+              c.ord
+), logged AS (
+    INSERT INTO task_events (task_id, status, at, attempt, detail)
+    SELECT id, dest, %(now)s, attempts, detail FROM moved ORDER BY ord
+)
+SELECT id, tenant, fingerprint, attempts FROM moved;
+
+-- name: status_of_many
+SELECT id, status FROM tasks WHERE id = ANY(%(ids)s::text[]);
 
 -- name: status_of
 SELECT status FROM tasks WHERE id = %(id)s;
@@ -207,8 +333,11 @@ UPDATE tasks SET status = 'cancelled', error = %(error)s, finished_at = %(now)s,
 WHERE id = %(id)s AND status = %(expected)s
 RETURNING id;
 
+-- A parked task's poll falls due at once: the poller cancels its upstream job now, not at the
+-- next poll (which may be a minute away).
 -- name: request_cancel_running
-UPDATE tasks SET cancel_requested = true, updated_at = %(now)s
+UPDATE tasks SET cancel_requested = true, updated_at = %(now)s,
+    next_attempt_at = CASE WHEN parked THEN %(now)s::double precision ELSE next_attempt_at END
 WHERE id = %(id)s AND status = 'running';
 
 -- name: manual_retry
@@ -282,7 +411,7 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED)
 UPDATE tasks SET parked = false, lease_owner = %(owner)s, lease_token = %(token)s,
     lease_expires_at = %(expires_at)s, updated_at = %(now)s
-WHERE seq IN (SELECT seq FROM picked)
+WHERE seq = ANY(ARRAY(SELECT seq FROM picked))
 RETURNING *;
 
 -- name: next_parked_at

@@ -3,16 +3,19 @@
 Connections: one pool (autocommit; each write opens one explicit transaction) plus one
 dedicated connection that LISTENs for other processes' writes (:mod:`.listen`).
 
-Surviving a server restart: the pool checks a connection before lending it
-(``check_connection``: one empty query), so connections broken by a restart are replaced
-instead of failing the next call; a call made while the server is down waits up to
-``timeout_s`` for a connection, then raises :class:`StoreError`. The listening connection
-reconnects by itself with backoff and reports a change when it is back.
+Surviving a server restart: a connection the restart broke fails the first command a call
+sends on it (a read's query, a write's BEGIN), before anything was written; the pool drops it
+and the call tries the next connection, so broken connections are replaced instead of failing
+the call (checking each connection before lending it would cost every call a round trip). A
+call made while the server is down waits up to ``timeout_s`` for a connection, then raises
+:class:`StoreError`. The listening connection reconnects by itself with backoff and reports a
+change when it is back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
@@ -58,6 +61,8 @@ T = TypeVar("T")
 Pool = AsyncConnectionPool[Conn]
 ReadOp = Callable[[Conn], Awaitable[T]]
 WriteOp = Callable[[Conn, list[TaskChange]], Awaitable[T]]
+#: a write's value, its error, and the changes it made
+Outcome = tuple[Any, BaseException | None, list[TaskChange]]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +73,10 @@ _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 #: Failures that only mean "another writer got there first": the transaction is re-run.
 _RETRYABLE = (pgerrors.DeadlockDetected, pgerrors.SerializationFailure)
 _WRITE_TRIES = 3
+#: A write's transaction ends in one round trip, telling the listeners on the way (simple
+#: query protocol: the statements travel together).
+_COMMIT = "COMMIT"
+_NOTIFY_AND_COMMIT = f"{Q['notify_changes']}; COMMIT"
 #: writes that share one transaction at most, and transactions committing at once
 _GROUP_MAX = 256
 _FLUSHERS = 2
@@ -76,12 +85,23 @@ _FLUSHERS = 2
 class _OneWriteFailed(Exception):
     """A write of an optimistic group failed: run the group again with savepoints."""
 
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
 
 @dataclass
 class _PendingWrite:
     op: WriteOp[Any]
     wake: bool
     done: asyncio.Future[Any]
+    #: a submit (tasks, now) whose tasks may share one INSERT with the group's other such
+    #: submits; ``op`` writes the same alone
+    merge: tuple[Sequence[NewTask], float] | None = None
+
+
+def _submit_changes(results: list[Submitted]) -> list[TaskChange]:
+    return [TaskChange(s.task.id, s.task.status, s.task.tenant) for s in results if not s.reused]
 
 
 def redact(url: str) -> str:
@@ -167,7 +187,6 @@ class PostgresStore:
             min_size=self._min_size,
             max_size=self._max_size,
             timeout=self._timeout_s,
-            check=AsyncConnectionPool.check_connection,
             reconnect_failed=self._reconnect_failed,
             name="floodway",
             open=False,
@@ -206,23 +225,48 @@ class PostgresStore:
         return self._pool
 
     async def _read(self, op: ReadOp[T]) -> T:
-        pool = self._require_pool()
         try:
-            async with pool.connection() as conn:
-                return await op(conn)
+            conn, value = await self._lend(op)
         except psycopg.Error as exc:
             raise StoreError(f"{self._safe_url}: {exc}") from exc
+        await self._require_pool().putconn(conn)
+        return value
 
-    async def _write(self, op: WriteOp[T], *, wake: bool = False) -> T:
+    async def _lend(self, first: ReadOp[T]) -> tuple[Conn, T]:
+        """A pooled connection, and what ``first`` (a read, or BEGIN) gave on it. A connection
+        the server dropped fails ``first``, which wrote nothing: try the next one. The pool
+        holds at most ``max_size``, so one more try reaches a new connection."""
+        pool = self._require_pool()
+        for attempt in range(self._max_size + 1):
+            conn = await pool.getconn()
+            try:
+                return conn, await first(conn)
+            except psycopg.OperationalError:
+                await pool.putconn(conn)  # a broken one is discarded and replaced
+                if not conn.broken or attempt == self._max_size:
+                    raise
+            except BaseException:
+                await pool.putconn(conn)
+                raise
+        raise AssertionError("unreachable")
+
+    async def _write(
+        self,
+        op: WriteOp[T],
+        *,
+        wake: bool = False,
+        merge: tuple[Sequence[NewTask], float] | None = None,
+    ) -> T:
         """Run ``op`` in a transaction; NOTIFY other processes if it changed a task (or
         ``wake``); then tell this process's listeners.
 
-        Group commit: the writes waiting when a transaction starts share it, each in its own
-        savepoint, so a burst of submits or completions pays for one commit, not hundreds.
-        A deadlock retries the whole group; any other error fails only its own write."""
+        Group commit: the writes waiting when a transaction starts share it, so a burst of
+        submits or completions pays for one commit, not hundreds; the ``merge`` submits of a
+        group also share one INSERT. A deadlock retries the whole group; any other error fails
+        only its own write."""
         self._require_pool()
         done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queued.append(_PendingWrite(op, wake, done))
+        self._queued.append(_PendingWrite(op, wake, done, merge))
         # Count live flushers only: one that has just returned may still sit in the set
         # until its done-callback runs, and it will not see this write.
         if sum(not f.done() for f in self._flushers) < _FLUSHERS:
@@ -239,13 +283,17 @@ class PostgresStore:
 
     async def _commit_group(self, group: list[_PendingWrite]) -> None:
         # Optimistic first: no savepoints (two round trips less per write). A write that
-        # fails rolls the group back and the group runs again, each write in a savepoint.
-        isolate = len(group) == 1
+        # fails rolls the group back and the group runs again, each write in a savepoint;
+        # a write alone in its group needs neither: the rollback undid just that write.
+        isolate = False
         attempt = 1
         while True:
             try:
                 outcomes = await self._run_group(group, isolate)
-            except _OneWriteFailed:
+            except _OneWriteFailed as failed:
+                if len(group) == 1:
+                    outcomes = [(None, failed.error, [])]
+                    break
                 isolate = True
                 continue
             except _RETRYABLE as exc:
@@ -272,32 +320,70 @@ class PostgresStore:
             else:
                 write.done.set_exception(error)
 
-    async def _run_group(
-        self, group: list[_PendingWrite], isolate: bool
-    ) -> list[tuple[Any, BaseException | None, list[TaskChange]]]:
-        outcomes: list[tuple[Any, BaseException | None, list[TaskChange]]] = []
-        async with self._require_pool().connection() as conn, conn.transaction():
-            notify = False
-            for write in group:
-                changes: list[TaskChange] = []
-                try:
-                    if isolate:
-                        async with conn.transaction():  # a savepoint per write
-                            value = await write.op(conn, changes)
-                    else:
-                        value = await write.op(conn, changes)
-                except _RETRYABLE:
-                    raise
-                except Exception as exc:
-                    if not isolate:
-                        raise _OneWriteFailed from exc
-                    outcomes.append((None, exc, []))
-                    continue
-                outcomes.append((value, None, changes))
-                notify = notify or bool(changes) or write.wake
-            if notify:
-                await conn.execute(Q["notify_changes"])
+    async def _run_group(self, group: list[_PendingWrite], isolate: bool) -> list[Outcome]:
+        # BEGIN and COMMIT by hand rather than with conn.transaction(): the COMMIT then
+        # shares its round trip with the NOTIFY (savepoints inside still work).
+        conn, _ = await self._lend(lambda c: c.execute("BEGIN", prepare=False))
+        try:
+            outcomes, notify = await self._group_body(conn, group, isolate)
+            await conn.execute(_NOTIFY_AND_COMMIT if notify else _COMMIT, prepare=False)
+        except BaseException:
+            if not conn.broken:
+                with contextlib.suppress(psycopg.Error):
+                    await conn.execute("ROLLBACK", prepare=False)
+            raise
+        finally:
+            await self._require_pool().putconn(conn)
         return outcomes
+
+    async def _group_body(
+        self, conn: Conn, group: list[_PendingWrite], isolate: bool
+    ) -> tuple[list[Outcome], bool]:
+        """The group's outcomes, and whether other processes should hear of them."""
+        outcomes: list[Outcome] = []
+        # Any order of a group's writes is one their callers could have seen (none has
+        # returned yet), so the merged submits go first, together.
+        merged = {} if isolate else await self._submit_merged(conn, group)
+        notify = any(changes for _, _, changes in merged.values())
+        for i, write in enumerate(group):
+            if i in merged:
+                outcomes.append(merged[i])
+                notify = notify or write.wake
+                continue
+            changes: list[TaskChange] = []
+            try:
+                if isolate:
+                    async with conn.transaction():  # a savepoint per write
+                        value = await write.op(conn, changes)
+                else:
+                    value = await write.op(conn, changes)
+            except _RETRYABLE:
+                raise
+            except Exception as exc:
+                if not isolate:
+                    raise _OneWriteFailed(exc) from exc
+                outcomes.append((None, exc, []))
+                continue
+            outcomes.append((value, None, changes))
+            notify = notify or bool(changes) or write.wake
+        return outcomes, notify
+
+    @staticmethod
+    async def _submit_merged(conn: Conn, group: list[_PendingWrite]) -> dict[int, Outcome]:
+        """The outcomes of the group's ``merge`` submits, by position, written at once."""
+        merging = [(i, w.merge) for i, w in enumerate(group) if w.merge is not None]
+        if not merging:
+            return {}
+        try:
+            results = await ledger.submit_many(conn, [m for _, m in merging])
+        except _RETRYABLE:
+            raise
+        except Exception as exc:
+            raise _OneWriteFailed(exc) from exc
+        return {
+            i: (submitted, None, _submit_changes(submitted))
+            for (i, _), submitted in zip(merging, results, strict=True)
+        }
 
     @staticmethod
     def _fail_group(group: list[_PendingWrite], error: BaseException) -> None:
@@ -312,14 +398,17 @@ class PostgresStore:
 
     # -- submit and read -----------------------------------------------------------------
     async def submit(self, new: Sequence[NewTask], now: float) -> list[Submitted]:
+        merge = ledger.mergeable(new)
+
         async def op(conn: Conn, changes: list[TaskChange]) -> list[Submitted]:
-            results = [await ledger.submit_one(conn, n, now) for n in new]
-            changes.extend(
-                TaskChange(s.task.id, s.task.status, s.task.tenant) for s in results if not s.reused
-            )
+            if merge:
+                results = (await ledger.submit_many(conn, [(new, now)]))[0]
+            else:
+                results = [await ledger.submit_one(conn, n, now) for n in new]
+            changes.extend(_submit_changes(results))
             return results
 
-        return await self._write(op)
+        return await self._write(op, merge=(new, now) if merge else None)
 
     async def get(self, task_id: str, tenant: str | None = None) -> Task | None:
         row = await self._read(lambda c: one(c, "get_task", {"id": task_id}))
@@ -372,8 +461,7 @@ class PostgresStore:
             args.update(ids=list(params.ids))
 
         async def op(conn: Conn, changes: list[TaskChange]) -> list[Task]:
-            tasks = [task_from_row(r) for r in await many(conn, name, args)]
-            await ledger.claim_events(conn, tasks, params.now, params.owner)
+            tasks = [task_from_row(r) for r in await many(conn, name, args)]  # events logged
             changes.extend(TaskChange(t.id, t.status, t.tenant) for t in tasks)
             return tasks
 
@@ -388,7 +476,7 @@ class PostgresStore:
                 raise IllegalTransition(item.expected, item.to, "a running task needs its lease")
 
         async def op(conn: Conn, changes: list[TaskChange]) -> list[Applied]:
-            return [await ledger.complete_one(conn, i, now, changes) for i in items]
+            return await ledger.complete_many(conn, items, now, changes)
 
         return await self._write(op)
 
