@@ -285,7 +285,9 @@ class Worker:
         try:
             await engine.admission.settle(run.permit, settlement, engine.clock.now())
             # The provider slot is free now: let the dispatcher admit the next task while the
-            # outcome is still being written, rather than after.
+            # outcome is still being written, rather than after (and without first counting
+            # slots: this one was just given back).
+            self._blocked = False
             engine.hub.work_available.set()
             if run.fenced:
                 log.warning("task %s: lease lost, result dropped", run.task.id)
