@@ -64,7 +64,7 @@ from tests.acceptance.fleet_app import (
 )
 
 CAP = 10
-CLAIM_FAILED = "claim failed; backing off"
+CLAIM_FAILED = "dispatch paused"  # what a worker logs while the limiter is out of reach
 SCENARIOS = ("F1", "F2-kill", "F2-redis")
 
 

@@ -40,9 +40,9 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 2.0
 
 #: After Redis lost its state, admissions wait this long so that every live holder of a lost
-#: slot takes it again first. Workers renew their slots with each heartbeat (every 2 s), so
-#: three heartbeats fit.
-DEFAULT_RECOVERY_S = 6.0
+#: slot takes it again first. Workers renew their slots with each heartbeat (at most 2 s
+#: apart), so two heartbeats fit: the pause costs every worker its admissions, keep it short.
+DEFAULT_RECOVERY_S = 4.0
 
 EPOCH = "epoch"  # the key of the state's generation (see redis_scripts)
 
