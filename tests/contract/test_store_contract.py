@@ -840,6 +840,24 @@ async def test_wait_for_change_wakes_on_another_store_s_submit(backend: Backend)
         assert time.monotonic() - started < 5.0
 
 
+async def test_another_store_s_claim_wakes_nobody_but_its_outcome_does(backend: Backend) -> None:
+    """The notices are for dispatchers: a claim brings them no work and frees no slot (on
+    PostgreSQL it sends none; SQLite cannot tell one write from another), a finished task
+    frees a provider slot another process may take."""
+    async with backend.opened() as waiter, backend.opened() as other:
+        t = await submit(other)
+        await waiter.get("t_warm")
+        await drain(waiter)
+        (running,) = await claim(other, ids=(t.id,))
+        if backend.name == "postgres":
+            assert not await waiter.wait_for_change(0.3)
+        await drain(waiter)
+        waiting = asyncio.ensure_future(waiter.wait_for_change(5.0))
+        await asyncio.sleep(0)
+        await finish(other, running, S.SUCCEEDED, result={"ok": True})
+        assert await waiting
+
+
 # -- schema, migrations, opening --------------------------------------------------------------
 
 

@@ -100,6 +100,14 @@ class _PendingWrite:
     merge: tuple[Sequence[NewTask], float] | None = None
 
 
+def _wakes(changes: Sequence[TaskChange]) -> bool:
+    """Whether other processes' dispatchers should hear of these changes (the NOTIFY is only
+    for them). A task that became running (a claim, a park) brings them no work and frees no
+    provider slot; every other change may: new or requeued work, or a finished task's slot.
+    In F1 the claims' notices were half of all wake-ups, each one a wasted pass."""
+    return any(c.status is not Status.RUNNING for c in changes)
+
+
 def _submit_changes(results: list[Submitted]) -> list[TaskChange]:
     return [TaskChange(s.task.id, s.task.status, s.task.tenant) for s in results if not s.reused]
 
@@ -344,7 +352,7 @@ class PostgresStore:
         # Any order of a group's writes is one their callers could have seen (none has
         # returned yet), so the merged submits go first, together.
         merged = {} if isolate else await self._submit_merged(conn, group)
-        notify = any(changes for _, _, changes in merged.values())
+        notify = any(_wakes(changes) for _, _, changes in merged.values())
         for i, write in enumerate(group):
             if i in merged:
                 outcomes.append(merged[i])
@@ -365,7 +373,7 @@ class PostgresStore:
                 outcomes.append((None, exc, []))
                 continue
             outcomes.append((value, None, changes))
-            notify = notify or bool(changes) or write.wake
+            notify = notify or _wakes(changes) or write.wake
         return outcomes, notify
 
     @staticmethod
