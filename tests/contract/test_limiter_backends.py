@@ -31,24 +31,9 @@ from floodway.limits.base import Settlement
 from floodway.limits.local import LocalLimiterBackend
 from floodway.limits.redis_backend import RedisLimiterBackend
 from floodway.store.base import Candidate
+from floodway.testing import FakeClock
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-class FakeClock:
-    """The shape of floodway.testing.FakeClock: now(), async sleep(), advance()."""
-
-    def __init__(self, start: float = 1_000_000.0) -> None:
-        self.t = start
-
-    def now(self) -> float:
-        return self.t
-
-    async def sleep(self, seconds: float) -> None:
-        self.t += max(0.0, seconds)
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
 
 
 @dataclass
@@ -65,7 +50,7 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
         clock = FakeClock()
 
         async def advance_fake(seconds: float) -> None:
-            clock.advance(seconds)
+            await clock.advance(seconds)
 
         yield Harness(LocalLimiterBackend(clock), advance_fake, real_time=False)
         return

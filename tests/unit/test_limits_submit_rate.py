@@ -15,20 +15,7 @@ from floodway.limits.local import LocalLimiterBackend
 from floodway.limits.redis_backend import RedisLimiterBackend
 from floodway.limits.submit_rate import SubmitRateLimiter
 from floodway.store.base import Candidate
-
-
-class FakeClock:
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.t = start
-
-    def now(self) -> float:
-        return self.t
-
-    async def sleep(self, seconds: float) -> None:
-        self.t += max(0.0, seconds)
-
-    async def advance(self, seconds: float) -> None:
-        self.t += seconds
+from floodway.testing import FakeClock
 
 
 async def test_one_per_ten_seconds_per_tenant() -> None:
