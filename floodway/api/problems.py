@@ -178,21 +178,17 @@ def from_floodway_error(exc: FloodwayError, instance: str | None = None) -> JSON
             limit=exc.limit,
             retry_after=exc.retry_after,
         )
-    if isinstance(exc, LimiterUnavailable):  # a StoreError too: test it first
-        log.error("limiter error: %s", exc)
-        return problem_response(
-            503,
-            "limiter-unavailable",
-            "the shared limiter (Redis) is unavailable; try again shortly",
-            instance=instance,
-            headers={"Retry-After": "1"},
+    if isinstance(exc, StoreError):  # the ledger, or the limiter's Redis (a StoreError too)
+        slug, what = (
+            ("limiter-unavailable", "the shared limiter (Redis)")
+            if isinstance(exc, LimiterUnavailable)
+            else ("store-unavailable", "the task ledger")
         )
-    if isinstance(exc, StoreError):
-        log.error("store error: %s", exc)
+        log.error("%s: %s", slug, exc)
         return problem_response(
             503,
-            "store-unavailable",
-            "the task ledger is unavailable; try again shortly",
+            slug,
+            f"{what} is unavailable; try again shortly",
             instance=instance,
             headers={"Retry-After": "1"},
         )
