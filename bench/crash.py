@@ -23,11 +23,9 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from bench.apps import q1 as q1app
 from bench.apps.provider import KIND
@@ -50,6 +48,7 @@ from bench.quota import (
 )
 from floodway import Floodway
 from floodway.providers.sim import RunningSimulator
+from tests import support
 
 ROOT = Path(__file__).resolve().parents[1]
 LEASE = "3s"
@@ -68,25 +67,10 @@ def crash_case(quick: bool) -> CrashCase:
     return CrashCase(tasks=q1app.TASKS, latency_ms=q1app.LATENCY_MS, kill_after_s=3.0)
 
 
-def start_worker(database: str, sim_url: str, log: IO[bytes]) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "FLOODWAY_DATABASE": database,
-        "SIM_URL": sim_url,
-        "FLOODWAY_WORKER__LEASE": LEASE,
-        "PYTHONPATH": str(ROOT),
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "floodway.cli",
-        "worker",
-        "--app",
-        "bench.apps.q1:fw",
-        "--concurrency",
-        str(q1app.WORKER_CONCURRENCY),
-    ]
-    return subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+def start_worker(database: str, sim_url: str, log: Path) -> subprocess.Popen[bytes]:
+    app = "bench.apps.q1:fw"
+    concurrency = q1app.WORKER_CONCURRENCY
+    return support.start_worker(app, database, sim_url, log, concurrency=concurrency, lease=LEASE)
 
 
 async def until_served_exceeds(meter: BusyMeter, count: int, timeout_s: float) -> float:
@@ -116,26 +100,25 @@ async def kill_and_restart(
 ) -> Figures:
     """Run the batch through a worker killed mid-way and its replacement; timing figures."""
     spawned = time.time()
-    with (logs / "worker1.log").open("wb") as log1, (logs / "worker2.log").open("wb") as log2:
-        first = start_worker(fw.settings.database, sim.url, log1)
-        second: subprocess.Popen[bytes] | None = None
-        try:
-            first_request = await until_served_exceeds(meter, 0, timeout_s=60)
-            await asyncio.sleep(max(0.0, first_request + case.kill_after_s - time.time()))
-            running = (await fw.store.stats()).by_status.get("running", 0)
-            done_before = await terminal_count(fw)
-            served_at_kill = meter.served
-            os.kill(first.pid, signal.SIGKILL)
+    first = start_worker(fw.settings.database, sim.url, logs / "worker1.log")
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        first_request = await until_served_exceeds(meter, 0, timeout_s=60)
+        await asyncio.sleep(max(0.0, first_request + case.kill_after_s - time.time()))
+        running = (await fw.store.stats()).by_status.get("running", 0)
+        done_before = await terminal_count(fw)
+        served_at_kill = meter.served
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        killed = time.time()
+        second = start_worker(fw.settings.database, sim.url, logs / "worker2.log")
+        resumed = await until_served_exceeds(meter, served_at_kill, timeout_s=60)
+        await until_terminal(fw, case.tasks, timeout_s=120 + 10 * case.tasks * 0.05)
+    finally:
+        if first.poll() is None:
+            first.kill()
             first.wait()
-            killed = time.time()
-            second = start_worker(fw.settings.database, sim.url, log2)
-            resumed = await until_served_exceeds(meter, served_at_kill, timeout_s=60)
-            await until_terminal(fw, case.tasks, timeout_s=120 + 10 * case.tasks * 0.05)
-        finally:
-            if first.poll() is None:
-                first.kill()
-                first.wait()
-            exit_code = stop(second) if second is not None else None
+        exit_code = stop(second) if second is not None else None
     return {
         "spawned": spawned,
         "killed_at_s": killed - spawned,

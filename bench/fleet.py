@@ -60,8 +60,8 @@ from tests.acceptance.fleet_app import (
     private_redis,
     spawn_api,
     spawn_worker,
-    until,
 )
+from tests.support import until
 
 CAP = 10
 CLAIM_FAILED = "dispatch paused"  # what a worker logs while the limiter is out of reach

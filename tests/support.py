@@ -6,10 +6,23 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def spawn_floodway(args: list[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """``python -m floodway.cli ARGS`` in its own process, from the repository root (so
+    ``--app tests...`` and ``--app bench...`` import), with ``env`` added; output to ``log``."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "floodway.cli", *args],
+            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def start_worker(
@@ -17,32 +30,18 @@ def start_worker(
 ) -> subprocess.Popen[bytes]:
     """``floodway worker --app APP`` in its own process, on ``db_url``, calling ``sim_url``;
     a short lease so a killed worker's tasks are rescued quickly."""
-    env = {
-        **os.environ,
-        "FLOODWAY_DATABASE": db_url,
-        "SIM_URL": sim_url,
-        "FLOODWAY_WORKER__LEASE": lease,
-        "PYTHONPATH": str(ROOT),
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "floodway.cli",
-        "worker",
-        "--app",
-        app,
-        "--concurrency",
-        str(concurrency),
-    ]
-    return subprocess.Popen(
-        command, env=env, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT
-    )
+    env = {"FLOODWAY_DATABASE": db_url, "SIM_URL": sim_url, "FLOODWAY_WORKER__LEASE": lease}
+    return spawn_floodway(["worker", "--app", app, "--concurrency", str(concurrency)], env, log)
 
 
-async def until(predicate: Callable[[], Awaitable[bool]], timeout: float) -> None:
-    """Poll ``predicate`` (a bounded wait on a real process, not a sleep-and-hope)."""
+async def until(
+    predicate: Callable[[], Awaitable[bool]], timeout: float, what: str = "the condition"
+) -> None:
+    """Poll ``predicate`` every 20 ms until it holds (a bounded wait on a real process, not a
+    sleep-and-hope); fail after ``timeout`` seconds."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while not await predicate():
-        assert loop.time() < end, "condition not reached in time"
+        if loop.time() > end:
+            raise AssertionError(f"not reached within {timeout:g} s: {what}")
         await asyncio.sleep(0.02)

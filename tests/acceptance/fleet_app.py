@@ -10,15 +10,13 @@ Every worker process builds the same app, so each one enforces the same resource
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +34,7 @@ from floodway.clock import SystemClock
 from floodway.config import ResourceConfig, load_settings
 from floodway.limits.admission import AdmissionTuning, LimitsAdmission
 from floodway.limits.factory import build_backend
+from tests.support import spawn_floodway, until
 
 RESOURCE = "sim"
 KIND = "img"
@@ -108,16 +107,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-async def until(predicate: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
-    """Poll ``predicate`` every 20 ms until it holds; fail after ``timeout`` seconds."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not await predicate():
-        if loop.time() > end:
-            raise AssertionError(f"not reached within {timeout:g} s: {what}")
-        await asyncio.sleep(0.02)
 
 
 class RedisServer:
@@ -254,24 +243,15 @@ class WorkerProcess:
 
 def _fleet_env(database: str, redis: str, sim_url: str, cap: int) -> dict[str, str]:
     return {
-        **os.environ,
         "FLOODWAY_DATABASE": database,
         "FLOODWAY_REDIS": redis,
         "FLEET_CAP": str(cap),
         "SIM_URL": sim_url,
-        "PYTHONPATH": str(ROOT),
     }
 
 
 def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "floodway.cli", *args, "--app", "tests.acceptance.fleet_app:fw"],
-            env=env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    return spawn_floodway([*args, "--app", "tests.acceptance.fleet_app:fw"], env, log)
 
 
 def spawn_worker(

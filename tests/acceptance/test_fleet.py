@@ -41,8 +41,8 @@ from tests.acceptance.fleet_app import (
     private_redis,
     spawn_api,
     spawn_worker,
-    until,
 )
+from tests.support import until
 
 pytestmark = pytest.mark.slow
 

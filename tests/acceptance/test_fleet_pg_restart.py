@@ -28,8 +28,8 @@ from tests.acceptance.fleet_app import (
     private_postgres,
     private_redis,
     spawn_worker,
-    until,
 )
+from tests.support import until
 
 pytestmark = pytest.mark.slow
 

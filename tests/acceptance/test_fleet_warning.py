@@ -15,7 +15,8 @@ import pytest
 from floodway import Floodway
 from floodway.fleet import LocalLimitsWatch, watch_local_limits
 from floodway.store.base import ClaimParams
-from tests.acceptance.fleet_app import KIND, PG_URL, build, fresh_database, until
+from tests.acceptance.fleet_app import KIND, PG_URL, build, fresh_database
+from tests.support import until
 
 WARNING = "limits are per process"
 
