@@ -176,9 +176,9 @@ class Worker:
         params = ClaimParams(self.owner, new_token(), kinds, limit, now, self.options.lease_s)
         permits: dict[str, Permit] = {}
         if engine.admission.limited:
-            # Every write of every process wakes every dispatcher (claims and completions
-            # too); while the resources are full, one slot count per resource answers such a
-            # wake-up, not a listing and an admission pass. A slot freed anywhere shows there.
+            # Every completion and submit in any process wakes every dispatcher; while the
+            # resources are full, one slot count per resource answers such a wake-up, not a
+            # listing and an admission pass. A slot freed anywhere shows there.
             if self._blocked and await engine.admission.saturated(kinds):
                 return 0
             ready = await engine.store.ready(ReadyQuery(kinds, now, max(limit, 16)))
