@@ -144,9 +144,10 @@ async def test_webhooks_with_a_fifth_of_callbacks_dropped_still_complete_everyth
 
 async def test_webhook_and_poll_race_lands_exactly_one_terminal_write(db_url: str) -> None:
     """Callbacks and polls for the same jobs: the callbacks of even-numbered tasks are held
-    back until well after the poller has seen their jobs end (the poll wins, the callback must
-    change nothing); the others are applied at once, before the first poll is due (the callback
-    wins, the poll finds the task gone). Whatever lands in between races for real."""
+    back until the poller has ended their tasks (the poll wins, the callback must change
+    nothing; a fixed 1 s delay lost that race on a slow machine); the others are applied at
+    once, before the first poll is due (the callback wins, the poll finds the task gone).
+    Whatever lands in between races for real."""
     secret = "race"
     config = SimulatorConfig(
         async_jobs=True,
@@ -163,8 +164,13 @@ async def test_webhook_and_poll_race_lands_exactly_one_terminal_write(db_url: st
     async def hook(kind: str, request: Request) -> Response:
         payload = json.loads(await request.body())
         n = payload["result"]["echo"]["n"]
-        if n % 2 == 0:
-            await asyncio.sleep(1.0)
+        if n % 2 == 0:  # held back until the poll has ended its task (bounded)
+            async with asyncio.timeout(30):
+                while True:
+                    task = await holder["fw"].store.find_upstream(kind, payload["id"])
+                    if task is not None and task.terminal:
+                        break
+                    await asyncio.sleep(0.01)
         by_callback[n] = await apply_callback(holder["fw"].engine, kind, payload)
         return Response(status_code=204)
 
