@@ -221,7 +221,10 @@ async def open_page(browser: Any) -> AsyncIterator[Callable[..., Awaitable[Watch
         )
         page.on("pageerror", lambda exc: watched.errors.append(f"page error: {exc}"))
         page.on("request", lambda request: watched.requests.append(request.url))
-        await page.goto(url)
+        # The DOM, not the "load" event: that one also waits for every subresource, and
+        # once timed out (30 s) on a loaded CI machine; wait_for below is what proves the
+        # page works (its script ran and rendered the API's figures).
+        await page.goto(url, wait_until="domcontentloaded")
         if wait_for:
             await page.wait_for_selector(wait_for)
         return watched
