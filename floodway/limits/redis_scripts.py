@@ -10,11 +10,11 @@ Conventions shared by every script:
   bucket reads as full, so expiry loses nothing); slots are a ZSET ``slot id -> expiry ms``
   purged on touch; a gate is a plain key whose PTTL is the pause; a rate factor is a HASH
   ``{f: factor, t: ms of the last change}``;
-* the state's generation (epoch) is a plain key, the server's ms when the state was created,
-  never expiring: when Redis restarts without persistence it is gone, and the next script to
-  look creates a new one. A caller that knew an older generation learns that the state was
-  lost, and the recovery gate stays closed until ``epoch + recovery_ms``: admissions wait while
-  the holders of lost slots take them again (``RENEW_SLOT``).
+* the state's generation (epoch) is a plain key, the server's time (ms, to the µs) when the
+  state was created, never expiring: when Redis restarts without persistence it is gone, and
+  the next script to look creates a new one. A caller that knew an older generation learns
+  that the state was lost, and the recovery gate stays closed until ``epoch + recovery_ms``:
+  admissions wait while the holders of lost slots take them again (``RENEW_SLOT``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ end
 local function generation(ekey, gkey, known, recovery_ms, now)
   local e = tonumber(redis.call('GET', ekey))
   if not e then
-    e = math.floor(now)
+    e = now  -- to the microsecond: a loss within the same millisecond is still a new generation
     redis.call('SET', ekey, fmt(e))
   end
   local left = e + recovery_ms - now
