@@ -818,6 +818,40 @@ async def test_listeners_hear_committed_changes_of_this_process(store: Store) ->
     ]
 
 
+async def test_a_failing_write_undoes_only_itself_and_is_heard_once(store: Store) -> None:
+    """Writes issued together share a transaction; one that fails must not undo the others,
+    leave half of itself behind, or have the others' changes heard twice."""
+    queued = await submit(store, n=0)
+    running = await run_one(store, n=1)
+    keyed = await submit(store, n=2, idempotency_key="k", request_hash="h1")
+    heard: list[TaskChange] = []
+    store.add_listener(heard.extend)
+    outcomes = await asyncio.gather(
+        store.submit([task(n=3)], NOW + 1),
+        store.request_cancel(queued.id, None, NOW + 1),
+        store.submit([task(n=4), task(n=5, idempotency_key="k", request_hash="h2")], NOW + 1),
+        store.complete([Completion(running.id, S.SUCCEEDED, lease_token="tok-1")], NOW + 1),
+        store.request_cancel("t_missing", None, NOW + 1),
+        store.submit([task(n=6)], NOW + 1),
+        return_exceptions=True,
+    )
+    fresh, cancelled, conflict, (done,), missing, other = outcomes
+    assert isinstance(conflict, IdempotencyConflict) and conflict.task_id == keyed.id
+    assert isinstance(missing, TaskNotFound)
+    assert isinstance(cancelled, Task) and cancelled.status is S.CANCELLED
+    assert done.applied
+    assert await count(store) == 5  # n=0, 1, 2, 3, 6: nothing of the refused batch (n=4)
+    new_ids = {fresh[0].task.id, other[0].task.id}
+    assert sorted(heard, key=lambda c: c.task_id) == sorted(
+        [
+            TaskChange(queued.id, S.CANCELLED, "default"),
+            TaskChange(running.id, S.SUCCEEDED, "default"),
+            *(TaskChange(i, S.QUEUED, "default") for i in new_ids),
+        ],
+        key=lambda c: c.task_id,
+    )
+
+
 # -- another process's writes -----------------------------------------------------------------
 
 

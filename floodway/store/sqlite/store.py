@@ -256,7 +256,12 @@ class SqliteStore:
             if item.expected is Status.RUNNING and item.lease_token is None and not item.parked:
                 raise IllegalTransition(item.expected, item.to, "a running task needs its lease")
         changes: list[TaskChange] = []
-        applied = await self._write(lambda c: [_complete_one(c, i, now, changes) for i in items])
+
+        def op(c: sqlite3.Connection) -> list[Applied]:
+            changes.clear()  # a group that ran into a failing write runs again
+            return [_complete_one(c, i, now, changes) for i in items]
+
+        applied = await self._write(op)
         self._notify(changes)
         return applied
 
@@ -330,13 +335,15 @@ class SqliteStore:
     # -- requests from people ------------------------------------------------------------
     async def request_cancel(self, task_id: str, tenant: str | None, now: float) -> Task:
         changes: list[TaskChange] = []
-        task = await self._write(lambda c: _cancel(c, task_id, tenant, now, changes))
+        task = await self._write(lambda c: _cancel(c, task_id, tenant, now, _cleared(changes)))
         self._notify(changes)
         return task
 
     async def manual_retry(self, task_id: str, tenant: str | None, now: float) -> Task:
         changes: list[TaskChange] = []
-        task = await self._write(lambda c: _manual_retry(c, task_id, tenant, now, changes))
+        task = await self._write(
+            lambda c: _manual_retry(c, task_id, tenant, now, _cleared(changes))
+        )
         self._notify(changes)
         return task
 
@@ -432,6 +439,13 @@ def _load(c: sqlite3.Connection, task_id: str) -> Task:
     if row is None:
         raise TaskNotFound(task_id)
     return task_from_row(row)
+
+
+def _cleared(changes: list[TaskChange]) -> list[TaskChange]:
+    """The list an op collects its changes in, emptied: an op can run twice (a group that ran
+    into a failing write runs again, each write in a savepoint)."""
+    changes.clear()
+    return changes
 
 
 def _submit_one(c: sqlite3.Connection, new: NewTask, now: float) -> Submitted:
