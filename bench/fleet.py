@@ -23,7 +23,9 @@ Definitions. The clock starts when the 200 tasks are submitted (one ``POST /v1/b
 the API process), the processes already up (their start-up is not the scheduler's work); the
 makespan ends when the ledger shows every task terminal. The optimum is what the cap allows
 for the work the provider really did: the sum of its request durations (failed ones included)
-/ 10.
+/ 10. ``idle_s`` splits the excess: before the first requests (submit and first dispatch),
+between requests (hand-offs, and retries waiting out their backoff) and after each slot's last
+response (the last requests finishing at different times).
 
 Each run gets a fresh PostgreSQL database (created on the server of --database, dropped after)
 and a private ``redis-server`` on a free port: F2-redis stops only that one. Writes
@@ -116,6 +118,24 @@ class ProviderClock:
         starts = sorted(self.started.values())[cap:]
         ends = sorted(self.ended.values())
         return [(s - e) * 1000 for s, e in zip(starts, ends, strict=False)]
+
+    def idle_s(self, cap: int, t0: float) -> dict[str, float]:
+        """Where the makespan's excess over the optimum went, in seconds of the makespan (slot
+        idle time / cap): before the first ``cap`` requests, between requests (hand-offs, and
+        retries waiting out their backoff), and after each slot's last response while the last
+        requests finish. The three add up to the last response's time less the optimum."""
+        starts, ends = sorted(self.started.values()), sorted(self.ended.values())
+        if len(ends) < cap:
+            return {}
+        last = ends[-1]
+        before = sum(s - t0 for s in starts[:cap])
+        after = sum(last - e for e in ends[-cap:])
+        between = cap * (last - t0) - self.busy_s() - before - after
+        return {
+            "before_first_requests": round(before / cap, 3),
+            "between_requests": round(between / cap, 3),
+            "after_last_requests": round(after / cap, 3),
+        }
 
 
 @dataclass
@@ -225,6 +245,7 @@ async def _drive(
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     tasks = await api.submit_batch(KIND, [{"n": i} for i in range(opts.tasks)])
+    submitted = loop.time() - t0
     fault = Fault()
 
     async def inject() -> None:
@@ -256,10 +277,12 @@ async def _drive(
         "makespan_s": round(makespan, 3),
         "optimum_s": round(optimum, 3),
         "makespan_over_optimum": round(makespan / optimum, 4) if optimum else None,
+        "batch_accepted_after_s": round(submitted, 3),
         "first_request_after_s": round(first_start, 3),
         "last_response_after_s": round(last_end, 3),
         "slot_handoff_ms_p50": round(percentile(handoffs, 50), 1),
         "slot_handoff_ms_p90": round(percentile(handoffs, 90), 1),
+        "idle_s": provider.idle_s(CAP, t0),
         "provider_peak_concurrency": state.stats.peak_concurrency,
         "provider_429s": state.stats.rate_limited,
         "provider_requests": state.stats.requests,
@@ -304,6 +327,11 @@ def summarize(scenario: str, opts: Options, runs: list[dict[str, Any]]) -> dict[
         "slot_handoff_ms_p50": med("slot_handoff_ms_p50"),
         "slot_handoff_ms_p90": med("slot_handoff_ms_p90"),
         "optimum_s": med("optimum_s"),
+        "idle_s": {
+            part: median([r["idle_s"][part] for r in runs if r["idle_s"]])
+            for part in ("before_first_requests", "between_requests", "after_last_requests")
+            if any(r["idle_s"] for r in runs)
+        },
         "provider_peak_concurrency": max(r["provider_peak_concurrency"] for r in runs),
         "provider_429s": sum(r["provider_429s"] for r in runs),
         "lost": sum(r["lost"] for r in runs),
@@ -362,7 +390,7 @@ def main() -> None:
                 f"{scenario} run {i + 1}: makespan {r['makespan_s']:.2f} s = "
                 f"{r['makespan_over_optimum']:.3f} x optimum, peak "
                 f"{r['provider_peak_concurrency']}, 429s {r['provider_429s']}, lost {r['lost']}, "
-                f"charged twice {r['charged_twice']}, failed {r['failed']}"
+                f"charged twice {r['charged_twice']}, failed {r['failed']}, idle {r['idle_s']}"
                 + (f", fault {r['fault']}" if "fault" in r else "")
             )
         figures = summarize(scenario, opts, runs)
