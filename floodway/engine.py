@@ -162,9 +162,10 @@ class Engine:
             callback_url=callback_url,
             batch_id=batch_id,
             interactive_depth=self.interactive_depth,
-            request_hash=request_hash(
-                kind, value, lane, max_attempts, deadline_s, metadata, callback_url
-            ),
+            # Compared only when a request key matches: a submit without one skips the hash.
+            request_hash=""
+            if key is None
+            else request_hash(kind, value, lane, max_attempts, deadline_s, metadata, callback_url),
         )
 
     def check_fits(self, resource: str | None, cost: float) -> None:
