@@ -180,6 +180,31 @@ async def test_concurrent_submits_with_one_key_make_one_task(backend: Backend) -
         assert await count(a) == 1
 
 
+async def test_a_burst_of_keyed_submits_gives_each_key_one_task(backend: Backend) -> None:
+    """Keyed submits issued together share one statement; replays, an expired key and the same
+    keys sent at once from another process still come out as one at a time would."""
+    async with backend.opened() as a, backend.opened() as b:
+        old = await submit(a, idempotency_key="old", request_hash="h", key_ttl_s=10)
+        replayed = await submit(a, idempotency_key="replay", request_hash="h")
+        batch = [task(n=i, idempotency_key=f"k{i}", request_hash=f"h{i}") for i in range(5)]
+        first, second, (again,), (renewed,), (plain,) = await asyncio.gather(
+            a.submit(batch, NOW + 20),
+            b.submit(batch, NOW + 20),
+            a.submit([task(idempotency_key="replay", request_hash="h")], NOW + 20),
+            a.submit([task(idempotency_key="old", request_hash="h2")], NOW + 20),
+            a.submit([task(n=9)], NOW + 20),
+        )
+        assert [s.task.id for s in first] == [s.task.id for s in second]
+        assert sorted(s.reused for s in first + second) == [False] * 5 + [True] * 5
+        assert again.reused and again.task.id == replayed.id
+        assert not renewed.reused and renewed.task.id != old.id
+        assert not plain.reused
+        assert await count(a) == 2 + 5 + 1 + 1
+        with pytest.raises(IdempotencyConflict):
+            await a.submit([task(idempotency_key="k0", request_hash="other")], NOW + 21)
+        assert await count(a) == 9
+
+
 # -- the work fingerprint -------------------------------------------------------------------
 
 

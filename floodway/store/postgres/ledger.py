@@ -84,10 +84,9 @@ async def load(conn: Conn, task_id: str, *, lock: bool = False) -> Task:
 
 
 def mergeable(new: Sequence[NewTask]) -> bool:
-    """Whether these tasks may share one INSERT with other submits' tasks. A request key is
-    reserved before its task exists, and a depth check counts under a per-tenant lock: both
-    take :func:`submit_one`'s one-task-at-a-time path."""
-    return all(n.idempotency_key is None and not _checks_depth(n) for n in new)
+    """Whether these tasks may share one INSERT with other submits' tasks. A depth check
+    counts under a per-tenant lock: it takes :func:`submit_one`'s one-at-a-time path."""
+    return not any(_checks_depth(n) for n in new)
 
 
 def _checks_depth(new: NewTask) -> bool:
@@ -98,26 +97,37 @@ async def submit_many(
     conn: Conn, submits: Sequence[tuple[Sequence[NewTask], float]]
 ) -> list[list[Submitted]]:
     """Several :func:`mergeable` submits, each ``(tasks, now)``, as :func:`submit_one` would
-    write them task after task, but in one statement (tasks, events, fingerprints): a burst of
-    submits costs one round trip instead of two or three per task. Only a task whose work is
-    already owned costs more: it dedupes or waits, as in :func:`submit_one`."""
+    write them task after task, but in one statement (request keys, tasks, events,
+    fingerprints): a burst of submits costs one round trip instead of two to four per task.
+    Only a task whose request key is taken already (a replay, a conflict, an expired key) or
+    whose work is owned already costs more: it goes on as in :func:`submit_one`."""
     flat = [(n, now, new_id(now)) for tasks, now in submits for n in tasks]
     if not flat:
         return [[] for _ in submits]
-    given = records([insert_params(task_id, n, now) for n, now, task_id in flat])
+    given = records([_merged_params(task_id, n, now) for n, now, task_id in flat])
     rows = {r["id"]: r for r in await many(conn, "insert_tasks", {"rows": given})}
     found = iter(flat)
     results: list[list[Submitted]] = []
     for tasks, _ in submits:
         one_submit = []
         for n, now, task_id in (next(found) for _ in tasks):
-            row = rows[task_id]
+            row = rows.get(task_id)
+            if row is None:  # its request key was taken: reuse, conflict or an expired key
+                one_submit.append(await submit_one(conn, n, now))
+                continue
             task = task_from_row(row)
             if n.fingerprint is not None and not row["owns_work"]:
                 task = await _claim_work(conn, task, n.fingerprint, now)
             one_submit.append(Submitted(task))
         results.append(one_submit)
     return results
+
+
+def _merged_params(task_id: str, new: NewTask, now: float) -> dict[str, Any]:
+    params = insert_params(task_id, new, now)
+    if new.idempotency_key is not None:
+        params.update(request_hash=new.request_hash, key_expires_at=now + new.key_ttl_s)
+    return params
 
 
 def records(rows: list[dict[str, Any]]) -> str:

@@ -25,15 +25,25 @@ RETURNING *;
 -- someone else (or an earlier task of this statement) already holds: it dedupes or waits
 -- next, as after claim_fingerprint.
 -- name: insert_tasks
+-- A task with a request key is inserted only if this statement reserves its key (the keys in
+-- one order, so two batches cannot deadlock on them); the caller takes the others one by one.
 WITH given AS (
     SELECT * FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
             id text, kind text, lane text, lane_rank integer, tenant text, input text,
             max_attempts integer, idempotency_key text, fingerprint text,
             cost_estimated double precision, now double precision,
-            deadline_at double precision, metadata text, callback_url text, batch_id text))
+            deadline_at double precision, metadata text, callback_url text, batch_id text,
+            request_hash text, key_expires_at double precision))
         WITH ORDINALITY AS g(id, kind, lane, lane_rank, tenant, input, max_attempts,
                              idempotency_key, fingerprint, cost_estimated, now, deadline_at,
-                             metadata, callback_url, batch_id, ord)
+                             metadata, callback_url, batch_id, request_hash, key_expires_at,
+                             ord)
+), keyed AS (
+    INSERT INTO request_keys (tenant, key, task_id, request_hash, expires_at)
+    SELECT tenant, idempotency_key, id, request_hash, key_expires_at FROM given
+    WHERE idempotency_key IS NOT NULL ORDER BY tenant, idempotency_key, ord
+    ON CONFLICT (tenant, key) DO NOTHING
+    RETURNING task_id
 ), inserted AS (
     INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
                        idempotency_key, fingerprint, cost_estimated, created_at, updated_at,
@@ -41,15 +51,17 @@ WITH given AS (
     SELECT id, kind, 'queued', lane, lane_rank, tenant, input, max_attempts, idempotency_key,
            fingerprint, cost_estimated, now, now, deadline_at, now, metadata, callback_url,
            batch_id
-    FROM given ORDER BY ord
+    FROM given
+    WHERE idempotency_key IS NULL OR id IN (SELECT task_id FROM keyed)
+    ORDER BY ord
     RETURNING *
 ), queued AS (
     INSERT INTO task_events (task_id, status, at, attempt, detail)
     SELECT id, 'queued', created_at, 0, '' FROM inserted ORDER BY seq
 ), owned AS (
     INSERT INTO fingerprints (fingerprint, task_id, state, updated_at)
-    SELECT fingerprint, id, 'inflight', now FROM given
-    WHERE fingerprint IS NOT NULL ORDER BY ord
+    SELECT fingerprint, id, 'inflight', created_at FROM inserted
+    WHERE fingerprint IS NOT NULL ORDER BY seq
     ON CONFLICT (fingerprint) DO NOTHING
     RETURNING task_id
 )
