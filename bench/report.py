@@ -80,6 +80,8 @@ def read_own(path: Path, data: Data) -> Row:
 def read_throughput(path: Path, data: Data) -> Row:
     workers = data.get("worker_processes") or "inline"
     scenario = f"{data.get('tasks', '?')} no-op tasks, {data.get('backend')}, workers {workers}"
+    if data.get("keyed"):
+        scenario += ", every submit with a request key"
     submitted, drained = data["submitted_per_s"], data["drained_per_s"]
     return Row(
         "T1",

@@ -2,6 +2,7 @@
 
     python -m bench.throughput                          # SQLite, in-process worker
     python -m bench.throughput --database postgresql://postgres@127.0.0.1/test --workers 4
+    python -m bench.throughput --keyed ...              # every submit with a request key
 
 With --workers N the tasks are drained by N `floodway worker` processes, started once the
 tasks are submitted; drained/s is then measured on the ledger's own clock, from the first claim
@@ -35,16 +36,26 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 async def one_run(
-    database: str, tasks: int, workers: int, concurrency: int, submit_concurrency: int
+    database: str,
+    tasks: int,
+    workers: int,
+    concurrency: int,
+    submit_concurrency: int,
+    keyed: bool = False,
 ) -> dict[str, float]:
     if database.startswith("postgres"):
         async with fresh_database(database) as fresh:
-            return await _measure(fresh, tasks, workers, concurrency, submit_concurrency)
-    return await _measure(database, tasks, workers, concurrency, 0)
+            return await _measure(fresh, tasks, workers, concurrency, submit_concurrency, keyed)
+    return await _measure(database, tasks, workers, concurrency, 0, keyed)
 
 
 async def _measure(
-    database: str, tasks: int, workers: int, concurrency: int, submit_concurrency: int
+    database: str,
+    tasks: int,
+    workers: int,
+    concurrency: int,
+    submit_concurrency: int,
+    keyed: bool,
 ) -> dict[str, float]:
     fw = build(database)
     await fw.open()
@@ -52,9 +63,13 @@ async def _measure(
         inputs = [{"n": i} for i in range(tasks)]
         gate = asyncio.Semaphore(submit_concurrency)
 
+        async def submit(value: dict[str, int]) -> None:
+            # --keyed: each submit carries its own request key, as an API's clients would send
+            await fw.submit("noop", value, key=f"k{value['n']}" if keyed else None)
+
         async def bounded_submit(value: dict[str, int]) -> None:
             async with gate:
-                await fw.submit("noop", value)
+                await submit(value)
 
         t0 = time.perf_counter()
         # Submits as a busy API would make them: many concurrent single submits, which the
@@ -62,7 +77,7 @@ async def _measure(
         if submit_concurrency:
             await asyncio.gather(*[bounded_submit(v) for v in inputs])
         else:
-            await asyncio.gather(*[fw.submit("noop", v) for v in inputs])
+            await asyncio.gather(*[submit(v) for v in inputs])
         submit_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         if workers == 0:
@@ -147,6 +162,7 @@ def main() -> None:
     parser.add_argument(
         "--submit-concurrency", type=int, default=64, help="PostgreSQL: submits in flight at once"
     )
+    parser.add_argument("--keyed", action="store_true", help="every submit has a request key")
     args = parser.parse_args()
     runs = []
     for i in range(args.runs):
@@ -160,6 +176,7 @@ def main() -> None:
                         args.workers,
                         args.concurrency,
                         args.submit_concurrency,
+                        args.keyed,
                     )
                 )
             )
@@ -168,10 +185,11 @@ def main() -> None:
             f"drained {runs[-1]['drained_per_s']:,.0f}/s"
         )
     backend = "postgresql" if args.database and args.database.startswith("postgres") else "sqlite"
-    name = f"throughput-{backend}-{args.workers or 'inline'}"
+    name = f"throughput-{backend}-{args.workers or 'inline'}" + ("-keyed" if args.keyed else "")
     figures = {
         "scenario": "T1",
         "backend": backend,
+        "keyed": args.keyed,
         "worker_processes": args.workers,
         "tasks": args.tasks,
         "runs": runs,
