@@ -1,7 +1,7 @@
 """F1 and F2: Q1 on a fleet -- four `floodway worker` processes and one `floodway api`, one
 PostgreSQL, one Redis.
 
-    python -m bench.fleet                       # F1, F2-kill and F2-redis, 3 runs each
+    python -m bench.fleet                       # F1, F2-kill and F2-redis, 5 runs each
     python -m bench.fleet --scenario F1 --runs 5
     python -m bench.fleet --database postgresql://postgres@127.0.0.1/test
 
@@ -357,7 +357,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="all")
     parser.add_argument("--database", default=PG_URL, help="server for the fresh databases")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=5,
+        help="per scenario (a 5xx in the last wave moves F1 by 5-15 %%)",
+    )
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=10, help="per worker process")
