@@ -80,16 +80,20 @@ def read_own(path: Path, data: Data) -> Row:
 def read_throughput(path: Path, data: Data) -> Row:
     workers = data.get("worker_processes") or "inline"
     scenario = f"{data.get('tasks', '?')} no-op tasks, {data.get('backend')}, workers {workers}"
-    if data.get("keyed"):
-        scenario += ", every submit with a request key"
     submitted, drained = data["submitted_per_s"], data["drained_per_s"]
+    floor = (
+        f"ahead of Dramatiq: > {T1_SUBMITTED_PER_S:,} submitted/s, > {T1_DRAINED_PER_S:,} drained/s"
+    )
+    passed: bool | None = submitted > T1_SUBMITTED_PER_S and drained > T1_DRAINED_PER_S
+    if data.get("keyed"):  # Dramatiq's figures are for plain messages: nothing to judge against
+        scenario += ", every submit with a request key"
+        floor, passed = "none (compare with the plain row)", None
     return Row(
         "T1",
         scenario,
         f"submitted/s {fmt(submitted)}; drained/s {fmt(drained)}; runs {len(data['runs'])}",
-        f"ahead of Dramatiq: > {T1_SUBMITTED_PER_S:,} submitted/s, > {T1_DRAINED_PER_S:,} "
-        "drained/s",
-        submitted > T1_SUBMITTED_PER_S and drained > T1_DRAINED_PER_S,
+        floor,
+        passed,
         path.name,
         _when(data),
     )

@@ -61,6 +61,13 @@ def steps() -> list[Step]:
                     ("--database", postgres, "--workers", workers),
                 )
             )
+        plan.append(
+            Step(
+                "T1 (PostgreSQL, 1 worker, every submit with a request key)",
+                "bench.throughput",
+                ("--database", postgres, "--workers", "1", "--keyed"),
+            )
+        )
     plan += [
         Step("T2", "bench.scale"),
         Step("Q1-Q5, Q4b", "bench.quota"),
