@@ -323,6 +323,7 @@ def summarize(scenario: str, opts: Options, runs: list[dict[str, Any]]) -> dict[
         },
         "makespan_over_optimum": med("makespan_over_optimum"),
         "makespan_s": med("makespan_s"),
+        "batch_accepted_after_s": med("batch_accepted_after_s"),
         "first_request_after_s": med("first_request_after_s"),
         "slot_handoff_ms_p50": med("slot_handoff_ms_p50"),
         "slot_handoff_ms_p90": med("slot_handoff_ms_p90"),

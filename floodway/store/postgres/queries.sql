@@ -26,7 +26,7 @@ RETURNING *;
 -- next, as after claim_fingerprint.
 -- name: insert_tasks
 -- A task with a request key is inserted only if this statement reserves its key (the keys in
--- one order, so two batches cannot deadlock on them); the caller takes the others one by one.
+-- one order, so two batches do not deadlock on them); the caller takes the others one by one.
 WITH given AS (
     SELECT * FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
             id text, kind text, lane text, lane_rank integer, tenant text, input text,
