@@ -303,13 +303,26 @@ async def test_interactive_depth_says_too_fast(fw: Floodway) -> None:
     assert len(await fw.list()) == 7
 
 
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("kind", "value", "error"),
     [
         ("nope", {"a": 1}, UnknownKind),
         ("img", "not an object", InvalidInput),
         ("img", {"a": float("nan")}, InvalidInput),
+        ("img", {"a": [1, float("-inf")]}, InvalidInput),
         ("img", {"a": object()}, InvalidInput),
+        ("img", {"a": {1, 2}}, InvalidInput),
+        ("img", {"a": (1, 2)}, InvalidInput),
+        ("img", {"a": b"bytes"}, InvalidInput),
+        ("img", {"a": {1: "int key"}}, InvalidInput),
+        ("img", {"a": _nested(40)}, InvalidInput),
     ],
 )
 async def test_bad_input_is_refused_and_changes_nothing(
