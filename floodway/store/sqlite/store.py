@@ -142,6 +142,19 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"{self.url}: {exc}") from exc
 
+    async def _write_noting(self, op: Callable[[sqlite3.Connection, list[TaskChange]], T]) -> T:
+        """``_write`` for an op that records the tasks it changed; this process's listeners
+        hear them after the commit. Each run of the op gets a fresh list: an op can run twice
+        (a group that ran into a failing write runs again, each write in a savepoint)."""
+
+        def run(c: sqlite3.Connection) -> tuple[T, list[TaskChange]]:
+            changes: list[TaskChange] = []
+            return op(c, changes), changes
+
+        value, changes = await self._write(run)
+        self._notify(changes)
+        return value
+
     async def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
         if not self._opened:
             raise StoreError("store is not open")
@@ -255,15 +268,9 @@ class SqliteStore:
             check_transition(item.expected, item.to)
             if item.expected is Status.RUNNING and item.lease_token is None and not item.parked:
                 raise IllegalTransition(item.expected, item.to, "a running task needs its lease")
-        changes: list[TaskChange] = []
-
-        def op(c: sqlite3.Connection) -> list[Applied]:
-            changes.clear()  # a group that ran into a failing write runs again
-            return [_complete_one(c, i, now, changes) for i in items]
-
-        applied = await self._write(op)
-        self._notify(changes)
-        return applied
+        return await self._write_noting(
+            lambda c, changes: [_complete_one(c, i, now, changes) for i in items]
+        )
 
     async def heartbeat(
         self, leases: Sequence[tuple[str, str]], now: float, lease_s: float
@@ -334,18 +341,14 @@ class SqliteStore:
 
     # -- requests from people ------------------------------------------------------------
     async def request_cancel(self, task_id: str, tenant: str | None, now: float) -> Task:
-        changes: list[TaskChange] = []
-        task = await self._write(lambda c: _cancel(c, task_id, tenant, now, _cleared(changes)))
-        self._notify(changes)
-        return task
+        return await self._write_noting(
+            lambda c, changes: _cancel(c, task_id, tenant, now, changes)
+        )
 
     async def manual_retry(self, task_id: str, tenant: str | None, now: float) -> Task:
-        changes: list[TaskChange] = []
-        task = await self._write(
-            lambda c: _manual_retry(c, task_id, tenant, now, _cleared(changes))
+        return await self._write_noting(
+            lambda c, changes: _manual_retry(c, task_id, tenant, now, changes)
         )
-        self._notify(changes)
-        return task
 
     # -- maintenance -----------------------------------------------------------------------
     async def expired_leases(self, now: float, limit: int) -> list[Task]:
@@ -439,13 +442,6 @@ def _load(c: sqlite3.Connection, task_id: str) -> Task:
     if row is None:
         raise TaskNotFound(task_id)
     return task_from_row(row)
-
-
-def _cleared(changes: list[TaskChange]) -> list[TaskChange]:
-    """The list an op collects its changes in, emptied: an op can run twice (a group that ran
-    into a failing write runs again, each write in a savepoint)."""
-    changes.clear()
-    return changes
 
 
 def _submit_one(c: sqlite3.Connection, new: NewTask, now: float) -> Submitted:
