@@ -34,12 +34,12 @@ from bench.quota import (
     Figures,
     Scenario,
     Summary,
-    engine,
     inputs,
     makespan,
     provider_figures,
     reread,
     run_scenario,
+    runtime,
     scratch_database,
     simulator,
     task_figures,
@@ -135,7 +135,7 @@ async def c1_run(seed: int, quick: bool) -> Figures:
     sim_config = q1app.simulator(seed, case.latency_ms)
     async with simulator(sim_config) as (sim, meter), scratch_database() as database:
         logs = Path(database.removeprefix("sqlite:///")).parent
-        async with engine(q1app.settings(sim.url, database)) as fw:
+        async with runtime(q1app.settings(sim.url, database)) as fw:
             tasks = await fw.submit_many(KIND, inputs(case.tasks, f"c1-{seed}"))
             timing = await kill_and_restart(fw, sim, meter, case, logs)
             final = await reread(fw, tasks)

@@ -146,7 +146,7 @@ class Fault:
 
 
 async def kill_busiest(fw: Floodway, workers: list[WorkerProcess], fault: Fault) -> None:
-    running = await fw.list(TaskQuery(status=Status.RUNNING, limit=200))
+    running = await fw.list_tasks(TaskQuery(status=Status.RUNNING, limit=200))
     held = Counter(w.pid for w in workers for t in running if w.owns(t.lease_owner))
     victim = max(workers, key=lambda w: held.get(w.pid, 0))
     victim.kill()

@@ -95,7 +95,7 @@ async def scratch_database() -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def engine(
+async def runtime(
     settings: Settings, tuning: AdmissionTuning | None = None
 ) -> AsyncIterator[Floodway]:
     """An open Floodway. ``tuning`` replaces the admission's algorithm knobs (same limits),
@@ -234,7 +234,7 @@ async def q1_run(seed: int, quick: bool) -> Figures:
     n, latency_ms = (40, 100.0) if quick else (q1app.TASKS, q1app.LATENCY_MS)
     sim_config = q1app.simulator(seed, latency_ms)
     async with simulator(sim_config) as (sim, meter), scratch_database() as db:
-        async with engine(q1app.settings(sim.url, db)) as fw:
+        async with runtime(q1app.settings(sim.url, db)) as fw:
             tasks = await fw.submit_many(KIND, inputs(n, f"q1-{seed}"))
             started = time.time()
             async with fw.worker(q1app.WORKER_CONCURRENCY):
@@ -295,7 +295,7 @@ async def rate_run(seed: int, case: RateCase, resource: ResourceConfig) -> Figur
     )
     burst, optimum = rate_optimum(case)
     async with simulator(sim_config) as (sim, _meter), scratch_database() as db:
-        async with engine(provider_settings(sim.url, db, resource)) as fw:
+        async with runtime(provider_settings(sim.url, db, resource)) as fw:
             tasks = await fw.submit_many(KIND, inputs(case.tasks, f"rate-{seed}"))
             started = time.time()
             async with fw.worker(WORKER_SLOTS):
@@ -380,7 +380,7 @@ def fifo_prediction(case: TokenCase, level: float) -> float:
 
 
 async def token_level(fw: Floodway) -> float:
-    admission = fw.engine.admission
+    admission = fw.runtime.admission
     assert isinstance(admission, LimitsAdmission)
     tokens = (await admission.snapshot())[RESOURCE].tokens
     assert tokens is not None
@@ -395,7 +395,7 @@ async def token_run(seed: int, case: TokenCase, fifo: bool) -> Figures:
     sim_config = SimulatorConfig(latency_ms=case.latency_ms, latency_jitter=0.2, seed=seed)
     async with simulator(sim_config) as (sim, _meter), scratch_database() as db:
         settings = provider_settings(sim.url, db, resource, cost="tokens")
-        async with engine(settings, FIFO_TUNING if fifo else None) as fw:
+        async with runtime(settings, FIFO_TUNING if fifo else None) as fw:
             async with fw.worker(SMALL_TASKS + 10):
                 prime = await fw.submit(KIND, {"tag": f"prime-{seed}", "tokens": PRIMING_TOKENS})
                 await fw.wait(prime.id, timeout=60)
@@ -465,7 +465,7 @@ async def tenant_run(seed: int, case: TenantCase, with_a: bool) -> Figures:
     )
     resource = ResourceConfig(concurrency=TENANT_CAP)
     async with simulator(sim_config) as (sim, _meter), scratch_database() as db:
-        async with engine(provider_settings(sim.url, db, resource)) as fw:
+        async with runtime(provider_settings(sim.url, db, resource)) as fw:
             async with fw.worker(WORKER_SLOTS):
                 if with_a:
                     await fw.submit_many(KIND, inputs(case.a_tasks, f"a-{seed}"), tenant="A")

@@ -114,7 +114,7 @@ async def _ledger_window(fw: Floodway) -> tuple[float, float]:
     first, last = float("inf"), float("-inf")
     after = 0
     while True:
-        page = await fw.list(TaskQuery(status=Status.SUCCEEDED, after_seq=after, limit=1000))
+        page = await fw.list_tasks(TaskQuery(status=Status.SUCCEEDED, after_seq=after, limit=1000))
         if not page:
             return first, last
         for t in page:

@@ -21,7 +21,7 @@ from floodway.core.errors import (
     WaitTimeout,
 )
 from floodway.core.states import Status
-from floodway.core.task import ErrorClass, ErrorInfo, Lane, Task
+from floodway.core.task import ErrorClass, ErrorInfo, Lane, SubmitRequest, Submitted, Task
 
 __version__ = "0.1.0"
 
@@ -45,6 +45,8 @@ __all__ = [
     "Settings",
     "Status",
     "StoreError",
+    "SubmitRequest",
+    "Submitted",
     "Task",
     "TaskNotFound",
     "UnknownKind",

@@ -12,14 +12,14 @@ from typing import Any
 from floodway.clock import Clock, SystemClock, wait_event
 from floodway.config import KindConfig, Settings, load_settings
 from floodway.core.errors import ConfigError, TaskNotFound, WaitTimeout
-from floodway.core.task import Submitted, Task
-from floodway.engine import AlertHook, Engine
+from floodway.core.task import SubmitRequest, Submitted, Task
 from floodway.fleet import watch_local_limits
-from floodway.kinds import CostFn, Handler, KindRegistry, KindSpec, Lookup, Poll
+from floodway.kinds import CostFn, Handler, KindRegistry, KindSpec, Lookup, Poll, Share
 from floodway.limits.base import Admission
 from floodway.maintenance.loop import Maintenance
 from floodway.providers.registry import aclose_kinds
 from floodway.retry import RetryPolicy
+from floodway.runtime import AlertHook, Runtime
 from floodway.store.base import Store, TaskQuery
 from floodway.store.factory import open_store
 from floodway.worker.worker import Worker, WorkerOptions
@@ -52,7 +52,7 @@ class Floodway:
         self._policy = policy or RetryPolicy()
         self._admission = admission
         self._alert_hooks: list[AlertHook] = [on_dead] if on_dead else []
-        self._engine: Engine | None = None
+        self._engine: Runtime | None = None
         self._open_lock: asyncio.Lock | None = None
         self._workers: list[Worker] = []
 
@@ -68,6 +68,7 @@ class Floodway:
         cost: CostFn | None = None,
         version: str = "1",
         dedupe: bool = True,
+        share: Share = "tenant",
         fallback: str | None = None,
         output_schema: dict[str, Any] | None = None,
         idempotent: bool = False,
@@ -94,6 +95,7 @@ class Floodway:
                     cost=cost,
                     version=version,
                     dedupe=dedupe,
+                    share=share,
                     fallback=fallback,
                     output_schema=output_schema,
                     idempotent=idempotent,
@@ -117,14 +119,14 @@ class Floodway:
 
     # -- lifecycle -------------------------------------------------------------------------------
     @property
-    def engine(self) -> Engine:
+    def runtime(self) -> Runtime:
         if self._engine is None:
             raise RuntimeError("Floodway is not open: use 'async with fw' or await fw.open()")
         return self._engine
 
     @property
     def store(self) -> Store:
-        return self.engine.store
+        return self.runtime.store
 
     async def open(self) -> Floodway:
         if self._open_lock is None:
@@ -136,7 +138,7 @@ class Floodway:
             self.kinds.check_fallbacks()
             store = open_store(self.settings.database)
             await store.open()
-            engine = Engine(
+            runtime = Runtime(
                 store=store,
                 kinds=self.kinds,
                 clock=self.clock,
@@ -147,8 +149,8 @@ class Floodway:
                 interactive_depth=self.settings.tenants.interactive_depth,
                 key_ttl_s=self.settings.retention.keys,
             )
-            store.add_listener(engine.hub.on_changes)
-            self._engine = engine
+            store.add_listener(runtime.hub.on_changes)
+            self._engine = runtime
         return self
 
     async def close(self) -> None:
@@ -191,46 +193,60 @@ class Floodway:
         deadline_s: float | None = None,
         metadata: dict[str, Any] | None = None,
         callback_url: str | None = None,
-        batch_id: str | None = None,
     ) -> Task:
         """Queue a task and return it at once (``deduped`` if the same work already ran)."""
-        return (
-            await self.submit_ex(
-                kind,
-                input,
-                lane=lane,
-                key=key,
-                tenant=tenant,
-                max_attempts=max_attempts,
-                deadline_s=deadline_s,
-                metadata=metadata,
-                callback_url=callback_url,
-                batch_id=batch_id,
-            )
-        ).task
+        request = SubmitRequest(
+            kind,
+            input,
+            lane=lane,
+            key=key,
+            max_attempts=max_attempts,
+            deadline_s=deadline_s,
+            metadata=metadata,
+            callback_url=callback_url,
+        )
+        return (await self.submit_request(request, tenant=tenant)).task
 
-    async def submit_ex(self, kind: str, input: Any, **options: Any) -> Submitted:
-        """Like :meth:`submit`, and says whether the request key matched an earlier task."""
+    async def submit_request(self, request: SubmitRequest, *, tenant: str = "default") -> Submitted:
+        """Like :meth:`submit`, and says whether the request key matched an earlier task
+        (``Submitted.reused``)."""
         await self.open()
-        new = self.engine.new_task(kind, input, **options)
-        return (await self.engine.store.submit([new], self.clock.now()))[0]
+        new = self.runtime.new_task(request, tenant=tenant)
+        return (await self.runtime.store.submit([new], self.clock.now()))[0]
 
-    async def submit_many(self, kind: str, inputs: list[Any], **options: Any) -> list[Task]:
+    async def submit_many(
+        self,
+        kind: str,
+        inputs: list[Any],
+        *,
+        lane: str = "background",
+        tenant: str = "default",
+        max_attempts: int | None = None,
+        deadline_s: float | None = None,
+    ) -> list[Task]:
         """Queue many tasks of one kind in one transaction."""
         await self.open()
-        news = [self.engine.new_task(kind, value, **options) for value in inputs]
-        return [s.task for s in await self.engine.store.submit(news, self.clock.now())]
+        news = [
+            self.runtime.new_task(
+                SubmitRequest(
+                    kind, value, lane=lane, max_attempts=max_attempts, deadline_s=deadline_s
+                ),
+                tenant=tenant,
+            )
+            for value in inputs
+        ]
+        return [s.task for s in await self.runtime.store.submit(news, self.clock.now())]
 
     async def get(self, task_id: str, *, tenant: str | None = None) -> Task:
         await self.open()
-        task = await self.engine.store.get(task_id, tenant)
+        task = await self.runtime.store.get(task_id, tenant)
         if task is None:
             raise TaskNotFound(task_id)
         return task
 
-    async def list(self, query: TaskQuery | None = None) -> list[Task]:
+    async def list_tasks(self, query: TaskQuery | None = None) -> list[Task]:
         await self.open()
-        return await self.engine.store.list_tasks(query or TaskQuery())
+        return await self.runtime.store.list_tasks(query or TaskQuery())
 
     async def wait(
         self, task_id: str, timeout: float | None = None, *, tenant: str | None = None
@@ -238,8 +254,8 @@ class Floodway:
         """Wait until the task is terminal. Woken by changes in this process at once, and
         notices other processes' writes within a quarter second."""
         await self.open()
-        engine = self.engine
-        event = engine.hub.watch(task_id)
+        runtime = self.runtime
+        event = runtime.hub.watch(task_id)
         give_up = None if timeout is None else self.clock.now() + timeout
         try:
             while True:
@@ -252,12 +268,12 @@ class Floodway:
                     raise WaitTimeout(f"task {task_id} still {task.status.value} after {timeout}s")
                 await wait_event(self.clock, event, left)
         finally:
-            engine.hub.unwatch(task_id, event)
+            runtime.hub.unwatch(task_id, event)
 
     async def cancel(self, task_id: str, *, tenant: str | None = None) -> Task:
         """Cancel: queued/retrying at once; running gets the abort signal."""
         await self.open()
-        task = await self.engine.store.request_cancel(task_id, tenant, self.clock.now())
+        task = await self.runtime.store.request_cancel(task_id, tenant, self.clock.now())
         for worker in self._workers:
             worker.cancel_local(task_id)
         return task
@@ -265,7 +281,7 @@ class Floodway:
     async def retry(self, task_id: str, *, tenant: str | None = None) -> Task:
         """The manual back-edge: failed/dead/timeout -> queued with a fresh attempt budget."""
         await self.open()
-        return await self.engine.store.manual_retry(task_id, tenant, self.clock.now())
+        return await self.runtime.store.manual_retry(task_id, tenant, self.clock.now())
 
     # -- running -----------------------------------------------------------------------------
     @asynccontextmanager
@@ -280,7 +296,7 @@ class Floodway:
         await self.open()
         cfg = self.settings.worker
         worker = Worker(
-            self.engine,
+            self.runtime,
             WorkerOptions(
                 concurrency=concurrency or cfg.concurrency,
                 lease_s=cfg.lease,
@@ -295,7 +311,7 @@ class Floodway:
         if maint is not None:
             maint.start()
         # warns when other workers share this ledger while limits are per process (no Redis)
-        watch = watch_local_limits(self.engine, worker.owner)
+        watch = watch_local_limits(self.runtime, worker.owner)
         try:
             yield worker
         finally:
@@ -307,7 +323,7 @@ class Floodway:
 
     def maintenance(self) -> Maintenance:
         r = self.settings.retention
-        return Maintenance(self.engine, results_s=r.results, rows_s=r.rows, keys_s=r.keys)
+        return Maintenance(self.runtime, results_s=r.results, rows_s=r.rows, keys_s=r.keys)
 
 
 def build_kind(name: str, cfg: KindConfig, settings: Settings) -> KindSpec:
@@ -329,6 +345,7 @@ def build_kind(name: str, cfg: KindConfig, settings: Settings) -> KindSpec:
             timeout_s=cfg.timeout,
             version=cfg.version,
             dedupe=cfg.dedupe,
+            share=cfg.share,
             fallback=cfg.fallback,
             output_schema=cfg.output_schema,
         )

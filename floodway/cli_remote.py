@@ -15,11 +15,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from floodway.api.schemas import task_json
 from floodway.client import ApiError, Client
 from floodway.core.errors import FloodwayError
 from floodway.core.states import TERMINAL
-from floodway.core.task import Task
+from floodway.core.task import SubmitRequest, Task
+from floodway.wire import task_json
 
 T = TypeVar("T")
 out = Console()
@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
 
         async def work(c: Client) -> tuple[Task, bool]:
-            sub = await c.submit_ex(kind, value, lane=lane, key=key)
+            sub = await c.submit_request(SubmitRequest(kind, value, lane=lane, key=key))
             task = await c.wait(sub.task.id) if wait else sub.task
             return task, sub.reused
 
@@ -115,7 +115,7 @@ def register(app: typer.Typer) -> None:
         api_key: KeyOpt = None,
     ) -> None:
         """List tasks, oldest first."""
-        page = call(url, api_key, lambda c: c.list(status=status, kind=kind, limit=limit))
+        page = call(url, api_key, lambda c: c.list_tasks(status=status, kind=kind, limit=limit))
         out.print(task_table(page.items, "tasks"))
         if page.next:
             out.print(f"more: --after {page.next}")

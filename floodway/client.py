@@ -21,7 +21,6 @@ import json
 import random
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -39,8 +38,9 @@ from floodway.core.errors import (
     WaitTimeout,
 )
 from floodway.core.states import Status
-from floodway.core.task import ErrorClass, ErrorInfo, Lane, Submitted, Task
+from floodway.core.task import SubmitRequest, Submitted, Task
 from floodway.retry import Backoff
+from floodway.wire import epoch, submit_body, task_from_json
 
 __all__ = ["ApiError", "BatchProgress", "BatchSubmitted", "Client", "Page", "StatusEvent"]
 
@@ -138,41 +138,29 @@ class Client:
         metadata: Mapping[str, Any] | None = None,
     ) -> Task:
         """Queue a task; returns at once (the task is usually ``queued``)."""
-        return (
-            await self.submit_ex(
-                kind,
-                input,
-                lane=lane,
-                key=key,
-                max_attempts=max_attempts,
-                deadline_s=deadline_s,
-                callback_url=callback_url,
-                metadata=metadata,
-            )
-        ).task
+        request = SubmitRequest(
+            kind,
+            dict(input),
+            lane=lane,
+            key=key,
+            max_attempts=max_attempts,
+            deadline_s=deadline_s,
+            callback_url=callback_url,
+            metadata=dict(metadata) if metadata is not None else None,
+        )
+        return (await self.submit_request(request)).task
 
-    async def submit_ex(
-        self,
-        kind: str,
-        input: Mapping[str, Any],
-        *,
-        lane: str = "background",
-        key: str | None = None,
-        max_attempts: int | None = None,
-        deadline_s: float | None = None,
-        callback_url: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> Submitted:
-        """Like :meth:`submit`, and says whether ``key`` matched an earlier task."""
-        body = _submit_body(kind, input, lane, max_attempts, deadline_s, callback_url, metadata)
-        headers = {"Idempotency-Key": key} if key is not None else None
+    async def submit_request(self, request: SubmitRequest) -> Submitted:
+        """Like :meth:`submit`, and says whether the request key matched an earlier task."""
+        body = submit_body(request)
+        headers = {"Idempotency-Key": request.key} if request.key is not None else None
         data = await self._request("POST", "/v1/tasks", json=body, headers=headers)
         return Submitted(task_from_json(data), reused=bool(data.get("reused")))
 
     async def get(self, task_id: str) -> Task:
         return task_from_json(await self._request("GET", f"/v1/tasks/{_seg(task_id)}"))
 
-    async def list(
+    async def list_tasks(
         self,
         *,
         status: str | None = None,
@@ -198,7 +186,7 @@ class Client:
         """Every matching task, page after page."""
         after: str | None = None
         while True:
-            page = await self.list(
+            page = await self.list_tasks(
                 status=status, kind=kind, lane=lane, limit=page_size, after=after
             )
             for task in page.items:
@@ -328,49 +316,6 @@ def raise_for_problem(response: httpx.Response) -> None:
     raise ApiError(response.status_code, problem)
 
 
-def task_from_json(data: Mapping[str, Any]) -> Task:
-    error = data.get("error")
-    cost = data.get("cost") or {}
-    return Task(
-        id=data["id"],
-        kind=data["kind"],
-        status=Status(data["status"]),
-        lane=Lane(data["lane"]),
-        tenant=data["tenant"],
-        input=data.get("input"),
-        result=data.get("result"),
-        error=_error(error) if isinstance(error, dict) else None,
-        attempts=int(data.get("attempts", 0)),
-        max_attempts=int(data.get("max_attempts", 0)),
-        idempotency_key=data.get("idempotency_key"),
-        duplicate_of=data.get("duplicate_of"),
-        upstream_ref=data.get("upstream_ref"),
-        cost_estimated=float(cost.get("estimated") or 0.0),
-        cost_actual=cost.get("actual"),
-        created_at=_epoch(data.get("created_at")) or 0.0,
-        updated_at=_epoch(data.get("updated_at")) or 0.0,
-        started_at=_epoch(data.get("started_at")),
-        finished_at=_epoch(data.get("finished_at")),
-        deadline_at=_epoch(data.get("deadline_at")),
-        next_attempt_at=_epoch(data.get("next_attempt_at")),
-        metadata=dict(data.get("metadata") or {}),
-    )
-
-
-def _error(data: Mapping[str, Any]) -> ErrorInfo:
-    try:
-        cls = ErrorClass(data.get("class", ""))
-    except ValueError:
-        cls = ErrorClass.FATAL  # a class this client does not know yet
-    return ErrorInfo(cls, str(data.get("type", "")), str(data.get("message", "")))
-
-
-def _epoch(value: Any) -> float | None:
-    if not isinstance(value, str):
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-
-
 def _retry_after(problem: Mapping[str, Any], response: httpx.Response) -> float:
     value = problem.get("retry_after")
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -384,26 +329,6 @@ def _seg(value: str) -> str:
     return quote(value, safe="")
 
 
-def _submit_body(
-    kind: str,
-    value: Mapping[str, Any],
-    lane: str,
-    max_attempts: int | None,
-    deadline_s: float | None,
-    callback_url: str | None,
-    metadata: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"kind": kind, "input": dict(value), "lane": lane}
-    optional = {
-        "max_attempts": max_attempts,
-        "deadline_s": deadline_s,
-        "callback_url": callback_url,
-        "metadata": dict(metadata) if metadata is not None else None,
-    }
-    body.update({k: v for k, v in optional.items() if v is not None})
-    return body
-
-
 async def _parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[StatusEvent]:
     """Server-Sent Events framing: fields until a blank line; comments start with ':'."""
     seq, data = "", list[str]()
@@ -415,7 +340,7 @@ async def _parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[StatusEvent]:
                     seq=int(seq) if seq.isdigit() else 0,
                     task_id=payload["task_id"],
                     status=Status(payload["status"]),
-                    at=_epoch(payload.get("at")),
+                    at=epoch(payload.get("at")),
                     attempt=int(payload.get("attempt", 0)),
                     detail=str(payload.get("detail", "")),
                 )

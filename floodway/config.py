@@ -127,6 +127,9 @@ class KindConfig(_Strict):
     timeout: Duration = 60.0
     deadline: Duration = 15 * 60.0
     dedupe: bool = True
+    #: who shares results: "tenant" (each tenant its own) or "global" (every tenant: saves
+    #: money when tenants ask for the same work, but tells one tenant what another submitted)
+    share: Literal["tenant", "global"] = "tenant"
     version: str = "1"
     poll_after: Duration = 1.0
     poll_max_attempts: int = Field(30, ge=1)

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 class Context:
     """Per-attempt handle given to a handler.
 
-    ``idempotency_key`` is the same across attempts and across crash recovery: send it
-    upstream so the provider never bills the same work twice.
+    ``work_key`` is the same across attempts and across crash recovery: send it upstream as
+    the provider's Idempotency-Key so it never bills the same work twice.
     """
 
     def __init__(self, task: Task, store: Store, clock: Clock) -> None:
@@ -34,7 +34,12 @@ class Context:
         return self.task.id
 
     @property
+    def work_key(self) -> str:
+        return self.task.work_key
+
+    @property
     def idempotency_key(self) -> str:
+        """The name :attr:`work_key` had first (kept: handlers written for it keep working)."""
         return self.task.work_key
 
     @property

@@ -28,9 +28,9 @@ import socket
 from collections.abc import Collection
 
 from floodway.core.states import Status
-from floodway.engine import Engine
 from floodway.limits.admission import LimitsAdmission
 from floodway.limits.local import LocalLimiterBackend
+from floodway.runtime import Runtime
 from floodway.store.base import TaskQuery
 
 log = logging.getLogger("floodway.fleet")
@@ -44,9 +44,9 @@ def process_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def per_process_limits(engine: Engine) -> bool:
+def per_process_limits(runtime: Runtime) -> bool:
     """True when some limit is configured and its state lives in this process only."""
-    admission = engine.admission
+    admission = runtime.admission
     return (
         isinstance(admission, LimitsAdmission)
         and admission.limited
@@ -62,19 +62,19 @@ class LocalLimitsWatch:
 
     def __init__(
         self,
-        engine: Engine,
+        runtime: Runtime,
         owners: Collection[str] = (),
         *,
         every_s: float = 15.0,
         repeat_s: float = 600.0,
         identity: str | None = None,
     ) -> None:
-        self.engine = engine
+        self.runtime = runtime
         self.identity = identity or process_identity()
         self.owners = set(owners)
         self.every_s = every_s
         self.repeat_s = repeat_s
-        self.active = per_process_limits(engine)
+        self.active = per_process_limits(runtime)
         self.peers: set[str] = set()  # what the last round found
         self.warnings = 0
         self._warned_at: float | None = None
@@ -88,7 +88,7 @@ class LocalLimitsWatch:
         there are any and the last warning is older than ``repeat_s``."""
         if not self.active:
             return set()
-        store, now = self.engine.store, self.engine.clock.now()
+        store, now = self.runtime.store, self.runtime.clock.now()
         peers: set[str] = set()
         # The lease outlives a few rounds, so a peer that misses one round stays visible.
         if not await store.try_lead(LEASE_NAME, self.identity, now, 3 * self.every_s):
@@ -109,7 +109,7 @@ class LocalLimitsWatch:
 
     def _warn(self, peers: set[str]) -> None:
         self.warnings += 1
-        admission = self.engine.admission
+        admission = self.runtime.admission
         assert isinstance(admission, LimitsAdmission)
         limited = [f"resource {name}" for name in sorted(admission.plans)] or ["tenants"]
         named = sorted(p for p in peers if p != "?")
@@ -134,7 +134,7 @@ class LocalLimitsWatch:
                 await self.check_once()
             except Exception as exc:  # a hint, never a reason to stop a worker
                 log.debug("fleet check failed: %s", exc)
-            await self.engine.clock.sleep(self.every_s)
+            await self.runtime.clock.sleep(self.every_s)
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -147,12 +147,12 @@ class LocalLimitsWatch:
         # Hand the lease back (a lease that expired already is free to others): a process
         # started right after this one stops is not warned about a peer that is gone.
         with contextlib.suppress(Exception):
-            now = self.engine.clock.now()
-            await self.engine.store.try_lead(LEASE_NAME, self.identity, now, -1.0)
+            now = self.runtime.clock.now()
+            await self.runtime.store.try_lead(LEASE_NAME, self.identity, now, -1.0)
 
 
-def watch_local_limits(engine: Engine, *owners: str, every_s: float = 15.0) -> LocalLimitsWatch:
+def watch_local_limits(runtime: Runtime, *owners: str, every_s: float = 15.0) -> LocalLimitsWatch:
     """Start a :class:`LocalLimitsWatch` for this process's workers (``owners``)."""
-    watch = LocalLimitsWatch(engine, owners, every_s=every_s)
+    watch = LocalLimitsWatch(runtime, owners, every_s=every_s)
     watch.start()
     return watch

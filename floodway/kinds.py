@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from floodway.core.errors import ConfigError, UnknownKind
-from floodway.core.task import JSON
+from floodway.core.task import GLOBAL_SCOPE, JSON, fingerprint, tenant_scope
 
 if TYPE_CHECKING:
     from floodway.context import Context
@@ -18,6 +18,10 @@ CostFn = Callable[[Any], float]
 Lookup = Callable[["Context"], Awaitable[JSON | None]]
 #: Poll an upstream job: ("done", result) | ("failed", message) | ("running", None).
 Poll = Callable[["Context", str], Awaitable[tuple[str, JSON]]]
+#: Who shares a kind's results: each tenant its own (the default), or every tenant ("global":
+#: a saving when tenants often ask for the same work, at the price of telling one tenant that
+#: another asked for it, and giving it the other's result).
+Share = Literal["tenant", "global"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,7 @@ class KindSpec:
     cost: CostFn | None = None
     version: str = "1"
     dedupe: bool = True
+    share: Share = "tenant"
     fallback: str | None = None
     output_schema: dict[str, Any] | None = None
     #: the provider honours the Idempotency-Key: resubmitting after a crash cannot charge twice
@@ -39,6 +44,13 @@ class KindSpec:
     poll: Poll | None = None
     poll_after_s: float = 1.0
     poll_max_attempts: int = 30
+
+    def work_print(self, value: JSON, tenant: str) -> str | None:
+        """The fingerprint of this work for ``tenant`` (None: the kind does not dedupe)."""
+        if not self.dedupe:
+            return None
+        scope = GLOBAL_SCOPE if self.share == "global" else tenant_scope(tenant)
+        return fingerprint(self.name, self.version, value, scope)
 
     def estimate(self, value: JSON) -> float:
         if self.cost is None:

@@ -80,7 +80,7 @@ class SimulatedProvider:
 
     async def handler(self, ctx: Context, value: Any) -> Any:
         self.calls += 1
-        key = ctx.idempotency_key
+        key = ctx.work_key
         if key in self.results:  # an idempotent replay: the provider does not bill again
             return self.results[key]
         self.in_flight += 1
@@ -114,7 +114,7 @@ class SimulatedProvider:
             self.in_flight -= 1
 
     async def lookup(self, ctx: Context) -> Any:
-        return self.results.get(ctx.idempotency_key)
+        return self.results.get(ctx.work_key)
 
     @property
     def double_charged(self) -> list[str]:

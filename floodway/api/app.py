@@ -94,7 +94,7 @@ def create_app(
 
 def _is_open(fw: Floodway) -> bool:
     try:
-        fw.engine  # noqa: B018 - the property raises when not open
+        fw.runtime  # noqa: B018 - the property raises when not open
     except RuntimeError:
         return False
     return True

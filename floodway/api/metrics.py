@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from floodway.api.stats import Observed, Window
-from floodway.engine import Engine
+from floodway.runtime import Runtime
 from floodway.store.base import StoreStats
 
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
@@ -126,9 +126,9 @@ class ApiMetrics:
         return generate_latest(self.registry)
 
 
-async def resource_snapshot(engine: Engine) -> dict[str, dict[str, Any]]:
+async def resource_snapshot(runtime: Runtime) -> dict[str, dict[str, Any]]:
     """The limiter's per-resource state, when the admission in use can report one."""
-    snapshot = getattr(engine.admission, "snapshot", None)
+    snapshot = getattr(runtime.admission, "snapshot", None)
     if snapshot is None:
         return {}
     value = snapshot()

@@ -30,11 +30,11 @@ import httpx
 
 import floodway
 from floodway.api.auth import signing_secret
-from floodway.api.schemas import task_json
 from floodway.api.signing import signed_headers
 from floodway.app import Floodway
 from floodway.core.task import Task, new_token
 from floodway.retry import Backoff
+from floodway.wire import task_json
 
 log = logging.getLogger("floodway.webhooks")
 
@@ -131,7 +131,7 @@ class Outbox:
         return len(due)
 
     async def _loop(self) -> None:
-        hub = self.fw.engine.hub
+        hub = self.fw.runtime.hub
         changed = hub.watch_all()
         try:
             while True:

@@ -3,14 +3,13 @@ DESIGN section 2 changes only on purpose."""
 
 from __future__ import annotations
 
-import math
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from floodway.core.states import CLAIMABLE, Status
-from floodway.core.task import Lane, Task
+from floodway.core.states import Status
+from floodway.core.task import Lane
+from floodway.wire import TaskOut, valid_unicode
 
 #: a deadline longer than this is a typo, and unbounded floats would overflow the timestamps
 MAX_DEADLINE_S = 366 * 86400.0
@@ -21,36 +20,6 @@ CALLBACK_URL_PATTERN = (
     r"^https?://([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*"
     r"|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?([/?#][\x21-\x7e]*)?$"
 )
-
-
-def valid_unicode(value: Any) -> bool:
-    if isinstance(value, str):
-        if value.isascii():
-            return True
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return False
-        return True
-    if isinstance(value, dict):
-        return all(valid_unicode(k) and valid_unicode(v) for k, v in value.items())
-    if isinstance(value, list):
-        return all(valid_unicode(v) for v in value)
-    return True
-
-
-def printable(value: Any) -> Any:
-    """``value`` with any lone surrogate replaced, so it can be answered as JSON (a handler or a
-    provider may have produced one; the ledger stores it escaped)."""
-    if valid_unicode(value):
-        return value
-    if isinstance(value, str):
-        return value.encode("utf-8", "replace").decode("utf-8")
-    if isinstance(value, dict):
-        return {printable(k): printable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [printable(v) for v in value]
-    return value
 
 
 class _In(BaseModel):
@@ -96,43 +65,6 @@ class SubmitIn(_In):
 
 class BatchIn(_In):
     tasks: list[SubmitIn] = Field(min_length=1, max_length=MAX_BATCH)
-
-
-class ErrorOut(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
-
-    cls: str = Field(alias="class", description="retryable, fatal, poison, interrupted, ...")
-    type: str
-    message: str
-
-
-class CostOut(BaseModel):
-    estimated: float
-    actual: float | None = None
-
-
-class TaskOut(BaseModel):
-    id: str
-    kind: str
-    status: Status
-    lane: Lane
-    tenant: str
-    input: Any
-    result: Any = None
-    error: ErrorOut | None = None
-    attempts: int
-    max_attempts: int
-    idempotency_key: str | None = None
-    duplicate_of: str | None = None
-    upstream_ref: str | None = None
-    cost: CostOut
-    created_at: datetime
-    updated_at: datetime
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    deadline_at: datetime | None = None
-    next_attempt_at: datetime | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class SubmitOut(TaskOut):
@@ -190,54 +122,3 @@ class WebhookAck(BaseModel):
     status: Literal["applied", "ignored"]
     task_id: str
     task_status: Status
-
-
-def timestamp(value: float | None) -> datetime | None:
-    if value is None or not math.isfinite(value):
-        return None
-    try:
-        return datetime.fromtimestamp(value, UTC)
-    except (OverflowError, OSError, ValueError):
-        return None  # out of datetime's range: better absent than a 500
-
-
-def task_out(task: Task) -> TaskOut:
-    return TaskOut(
-        id=task.id,
-        kind=task.kind,
-        status=task.status,
-        lane=task.lane,
-        tenant=task.tenant,
-        input=printable(task.input),
-        result=printable(task.result),
-        error=None
-        if task.error is None
-        else ErrorOut(
-            cls=task.error.cls.value,
-            type=printable(task.error.type),
-            message=printable(task.error.message),
-        ),
-        attempts=task.attempts,
-        max_attempts=task.max_attempts,
-        idempotency_key=task.idempotency_key,
-        duplicate_of=task.duplicate_of,
-        upstream_ref=printable(task.upstream_ref),
-        cost=CostOut(estimated=task.cost_estimated, actual=task.cost_actual),
-        created_at=timestamp(task.created_at) or datetime.fromtimestamp(0, UTC),
-        updated_at=timestamp(task.updated_at) or datetime.fromtimestamp(0, UTC),
-        started_at=timestamp(task.started_at),
-        finished_at=timestamp(task.finished_at),
-        deadline_at=timestamp(task.deadline_at),
-        # Stored for every row, but only meaningful while the task waits for its next run.
-        next_attempt_at=timestamp(task.next_attempt_at)
-        if task.status in CLAIMABLE or task.parked
-        else None,
-        metadata=printable(dict(task.metadata)),
-    )
-
-
-def task_json(task: Task, **extra: Any) -> dict[str, Any]:
-    """The Task JSON of DESIGN section 2, ready for ``json.dumps``."""
-    body = task_out(task).model_dump(mode="json", by_alias=True)
-    body.update(extra)
-    return body

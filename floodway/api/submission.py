@@ -1,17 +1,17 @@
 """Turning a submit body into work: the checks that must refuse bad input with a 4xx before the
-engine sees it, and the options the engine takes."""
+engine sees it, and the request the engine takes."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
-from typing import Any
 from urllib.parse import urlsplit
 
 from floodway.api.schemas import SubmitIn
 from floodway.api.state import ApiState
 from floodway.app import Floodway
 from floodway.core.errors import AdmissionRefused, InvalidInput
+from floodway.core.task import SubmitRequest
 from floodway.validation import check_input
 
 
@@ -21,7 +21,7 @@ def precheck(fw: Floodway, item: SubmitIn) -> None:
     A kind's cost function is user code run on caller input (``len(inp["text"])``): whatever it
     raises on input it does not expect is the caller's error, not a 500.
     """
-    spec = fw.engine.kinds.get(item.kind)
+    spec = fw.runtime.kinds.get(item.kind)
     check_input(item.input)
     if item.callback_url is not None:
         check_callback_host(item.callback_url, fw.settings.api.callback_hosts)
@@ -67,14 +67,15 @@ async def admit_submit(state: ApiState, tenant: str) -> None:
         )
 
 
-def options(item: SubmitIn, tenant: str, key: str | None) -> dict[str, Any]:
-    """Keyword arguments of ``Floodway.submit_ex`` / ``Engine.new_task`` for one item."""
-    return {
-        "tenant": tenant,
-        "lane": item.lane.value,
-        "key": key,
-        "max_attempts": item.max_attempts,
-        "deadline_s": item.deadline_s,
-        "metadata": item.metadata,
-        "callback_url": item.callback_url,
-    }
+def request_of(item: SubmitIn, key: str | None) -> SubmitRequest:
+    """The library's request for one submitted item."""
+    return SubmitRequest(
+        item.kind,
+        item.input,
+        lane=item.lane,
+        key=key,
+        max_attempts=item.max_attempts,
+        deadline_s=item.deadline_s,
+        metadata=item.metadata,
+        callback_url=item.callback_url,
+    )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -62,7 +61,7 @@ class Task:
     error: ErrorInfo | None = None
     attempts: int = 0
     max_attempts: int = 4
-    idempotency_key: str | None = None  # the caller's request key (Idempotency-Key header)
+    request_key: str | None = None  # the caller's Idempotency-Key header (wire: idempotency_key)
     fingerprint: str | None = None  # the work key: same work -> same fingerprint
     duplicate_of: str | None = None
     waits_for: str | None = None  # in-flight task with the same fingerprint we wait on
@@ -98,6 +97,27 @@ class Task:
         """The key sent upstream as Idempotency-Key: stable across attempts and recovery."""
         return self.fingerprint or f"fw-{self.id}"
 
+    @property
+    def idempotency_key(self) -> str | None:
+        """Deprecated name of :attr:`request_key` (the Task JSON field keeps this name)."""
+        return self.request_key
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """What a caller asks for: the work and how to run it. Who asks (the tenant) and the batch
+    it belongs to are given beside it, by whoever authenticated the caller."""
+
+    kind: str
+    input: JSON
+    lane: Lane | str = Lane.BACKGROUND
+    #: the caller's Idempotency-Key: the same key again returns the same task
+    key: str | None = None
+    max_attempts: int | None = None  # None: the kind's
+    deadline_s: float | None = None  # None: the kind's
+    metadata: dict[str, JSON] | None = None
+    callback_url: str | None = None
+
 
 @dataclass(frozen=True)
 class NewTask:
@@ -109,7 +129,7 @@ class NewTask:
     lane: Lane = Lane.BACKGROUND
     max_attempts: int = 4
     deadline_s: float | None = None
-    idempotency_key: str | None = None
+    request_key: str | None = None
     key_ttl_s: float = 24 * 3600
     fingerprint: str | None = None
     cost_estimated: float = 0.0
@@ -148,17 +168,27 @@ def canonical_json(value: JSON) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def fingerprint(kind: str, version: str, value: JSON) -> str:
-    """sha256 of (kind, kind version, canonical input): the same work has the same print."""
+#: The fingerprint scope of kinds that share work across tenants (``share = "global"``); no
+#: tenant name can collide with it, since tenant scopes are prefixed.
+GLOBAL_SCOPE = "global"
+
+
+def tenant_scope(tenant: str) -> str:
+    return f"tenant:{tenant}"
+
+
+def fingerprint(kind: str, version: str, value: JSON, scope: str) -> str:
+    """sha256 of (kind, kind version, scope, canonical input): the same work has the same print.
+    ``scope`` is the tenant (tenants never share work unless a kind says so: see
+    :data:`GLOBAL_SCOPE`)."""
     digest = hashlib.sha256()
-    digest.update(f"{kind}\x00{version}\x00".encode())
+    digest.update(f"{kind}\x00{version}\x00{scope}\x00".encode())
     digest.update(canonical_json(value).encode())
     return digest.hexdigest()
 
 
-def request_hash(*parts: JSON) -> str:
-    return hashlib.sha256(canonical_json(list(parts)).encode()).hexdigest()
-
-
-def monotonic() -> float:
-    return time.monotonic()
+def request_hash(request: SubmitRequest) -> str:
+    """What a request key promises to mean: the same key with another body is a conflict."""
+    r = request
+    parts = [r.kind, r.input, r.lane, r.max_attempts, r.deadline_s, r.metadata, r.callback_url]
+    return hashlib.sha256(canonical_json(parts).encode()).hexdigest()

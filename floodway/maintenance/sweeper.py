@@ -17,7 +17,7 @@ from floodway.context import Context
 from floodway.core.outcome import Completion, Failed, from_running
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task
-from floodway.engine import Engine
+from floodway.runtime import Runtime
 
 log = logging.getLogger("floodway.sweeper")
 
@@ -30,21 +30,21 @@ class SweepReport:
 
 
 class Sweeper:
-    def __init__(self, engine: Engine, batch: int = 500) -> None:
-        self.engine = engine
+    def __init__(self, runtime: Runtime, batch: int = 500) -> None:
+        self.runtime = runtime
         self.batch = batch
 
     async def run_once(self) -> SweepReport:
         report = SweepReport()
-        now = self.engine.clock.now()
-        for task in await self.engine.store.expired_leases(now, self.batch):
+        now = self.runtime.clock.now()
+        for task in await self.runtime.store.expired_leases(now, self.batch):
             item = await self._reconcile(task)
             if item is None:
                 continue
-            applied = await self.engine.store.complete([item], self.engine.clock.now())
+            applied = await self.runtime.store.complete([item], self.runtime.clock.now())
             if applied[0].applied:
                 # The dead worker's provider slot is free now (its tokens stay spent).
-                admission = self.engine.admission
+                admission = self.runtime.admission
                 await admission.release_slots(
                     admission.permit_for(task.id, task.kind, task.tenant, task.cost_estimated)
                 )
@@ -52,17 +52,17 @@ class Sweeper:
                     report.interrupted += 1
                 else:
                     report.recovered += 1
-                await self.engine.after_completion(task, item, applied[0])
+                await self.runtime.after_completion(task, item, applied[0])
         report.timed_out = await self._deadlines()
         return report
 
     async def _reconcile(self, task: Task) -> Completion | None:
-        engine = self.engine
-        if task.kind not in engine.kinds:
+        runtime = self.runtime
+        if task.kind not in runtime.kinds:
             log.warning("task %s of kind %r: no handler here to reconcile it", task.id, task.kind)
             return None
-        spec = engine.kinds.get(task.kind)
-        now = engine.clock.now()
+        spec = runtime.kinds.get(task.kind)
+        now = runtime.clock.now()
 
         def to(status: Status, **kw: Any) -> Completion:
             return from_running(task, status, **kw)
@@ -82,7 +82,7 @@ class Sweeper:
             )
         if spec.lookup is not None:
             try:
-                found = await spec.lookup(Context(task, engine.store, engine.clock))
+                found = await spec.lookup(Context(task, runtime.store, runtime.clock))
             except Exception as exc:
                 log.warning("lookup of %s failed: %s; retrying later", task.id, exc)
                 return None
@@ -95,13 +95,13 @@ class Sweeper:
         )
         if spec.idempotent:
             retry = Failed(ErrorInfo(ErrorClass.RETRYABLE, "worker_lost", interrupted.message))
-            return engine.policy.decide(task, retry, now)
+            return runtime.policy.decide(task, retry, now)
         return to(Status.FAILED, error=interrupted)
 
     async def _deadlines(self) -> int:
-        engine = self.engine
+        runtime = self.runtime
         count = 0
-        for task in await engine.store.past_deadline(engine.clock.now(), self.batch):
+        for task in await runtime.store.past_deadline(runtime.clock.now(), self.batch):
             error = ErrorInfo(ErrorClass.TIMEOUT, "deadline", "the task's deadline passed")
             item = Completion(
                 task.id,
@@ -112,11 +112,11 @@ class Sweeper:
                 # a parked task (waiting on its upstream job) has no lease: the CAS checks parked
                 parked=task.parked,
             )
-            applied = await engine.store.complete([item], engine.clock.now())
+            applied = await runtime.store.complete([item], runtime.clock.now())
             if applied[0].applied and task.status is Status.RUNNING:
                 # a running or parked task held a provider slot: give it back
-                await engine.admission.release_slots(
-                    engine.admission.permit_for(
+                await runtime.admission.release_slots(
+                    runtime.admission.permit_for(
                         task.id, task.kind, task.tenant, task.cost_estimated
                     )
                 )

@@ -116,7 +116,7 @@ class Adapter(Protocol):
     name: str
 
     async def submit(self, ctx: Context, value: JSON) -> Submission:
-        """Send the work (with ``Idempotency-Key: ctx.idempotency_key``); map errors to the
+        """Send the work (with ``Idempotency-Key: ctx.work_key``); map errors to the
         retry policy's classes; report usage and rate-limit headers."""
         ...
 

@@ -1,6 +1,6 @@
 """The ``http`` adapter: any JSON-over-HTTP provider, from configuration alone.
 
-The request body is the task input; ``Idempotency-Key: ctx.idempotency_key`` is always sent, so
+The request body is the task input; ``Idempotency-Key: ctx.work_key`` is always sent, so
 a provider that honours it never bills the same work twice across retries and crash recovery.
 Without ``poll_url`` the call is synchronous: a 2xx answer is the result (its ``result_field``
 when the body has one, else the whole body). With ``poll_url`` the provider may answer with an
@@ -102,7 +102,7 @@ class HttpAdapter:
             body = {**value, name: url}
         url = self.routes.submit
         what = f"POST {url}"
-        headers = {**self.headers, "Idempotency-Key": ctx.idempotency_key}
+        headers = {**self.headers, "Idempotency-Key": ctx.work_key}
         client = self.http.client
         response = await send(ctx, lambda: client.post(url, json=body, headers=headers), what)
         if not response.is_success:
@@ -185,7 +185,7 @@ class HttpAdapter:
         take the result instead of resubmitting)."""
         if self.routes.lookup is None:
             return None
-        url = _fill(self.routes.lookup, key=ctx.idempotency_key)
+        url = _fill(self.routes.lookup, key=ctx.work_key)
         what = f"GET {url}"
         client = self.http.client
         response = await send(ctx, lambda: client.get(url, headers=self.headers), what)

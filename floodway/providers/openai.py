@@ -70,7 +70,7 @@ class OpenAIAdapter:
         if self.model and "model" not in body:
             body["model"] = self.model
         # Most OpenAI-compatible servers ignore it; gateways that honour it avoid double billing.
-        headers = {**self.headers, "Idempotency-Key": ctx.idempotency_key}
+        headers = {**self.headers, "Idempotency-Key": ctx.work_key}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         url = self.url

@@ -95,6 +95,7 @@ def build_provider_kind(name: str, cfg: KindConfig, settings: Settings) -> KindS
         cost=adapter.estimate,
         version=cfg.version,
         dedupe=cfg.dedupe,
+        share=cfg.share,
         fallback=cfg.fallback,
         output_schema=cfg.output_schema,
         idempotent=idempotent,

@@ -24,10 +24,10 @@ from floodway.core.errors import FloodwayError
 from floodway.core.outcome import Failed, Outcome
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo
-from floodway.engine import Engine
 from floodway.kinds import KindSpec
 from floodway.providers.base import JobView
 from floodway.providers.http import FATAL_JOB_ERRORS
+from floodway.runtime import Runtime
 from floodway.worker.upstream import finish_upstream, job_outcome
 
 #: a parked task is waited for this long when a callback arrives before it is parked
@@ -86,7 +86,7 @@ def _secret_bytes(secret: str) -> bytes:
 
 
 async def apply_callback(
-    fw_engine: Engine, kind: str, payload: Any, *, settle_wait_s: float = SETTLE_WAIT_S
+    fw_runtime: Runtime, kind: str, payload: Any, *, settle_wait_s: float = SETTLE_WAIT_S
 ) -> bool:
     """Finish the task of ``kind`` waiting on the job ``payload`` describes. True if this
     callback wrote the task's new status; False when there was nothing to do (the job is still
@@ -94,27 +94,27 @@ async def apply_callback(
 
     Raises :class:`~floodway.core.errors.UnknownKind` for a kind nobody declared and
     ``ValueError`` for a payload without a job id (answer 4xx)."""
-    engine = fw_engine
-    spec = engine.kinds.get(kind)
+    runtime = fw_runtime
+    spec = runtime.kinds.get(kind)
     view, ref = _read(spec.poll, payload)
     if view.state == "running":
         return False
     # A callback can outrun the handler that submitted the job: give it a moment to record
     # the job id and park, and give a poll in progress a moment to finish.
-    give_up = engine.clock.now() + settle_wait_s
+    give_up = runtime.clock.now() + settle_wait_s
     while True:
-        task = await engine.store.find_upstream(kind, ref)
+        task = await runtime.store.find_upstream(kind, ref)
         if task is not None and task.status is not Status.RUNNING:
             return False
         if task is not None and task.parked:
-            outcome = _outcome(spec, engine, view)
-            decided = engine.policy.decide(task, outcome, engine.clock.now())
+            outcome = _outcome(spec, runtime, view)
+            decided = runtime.policy.decide(task, outcome, runtime.clock.now())
             item = dataclasses.replace(decided, lease_token=None, parked=True)
-            if await finish_upstream(engine, task, item, usage=view.usage):
+            if await finish_upstream(runtime, task, item, usage=view.usage):
                 return True
-        if engine.clock.now() >= give_up:
+        if runtime.clock.now() >= give_up:
             return False
-        await engine.clock.sleep(_RECHECK_S)
+        await runtime.clock.sleep(_RECHECK_S)
 
 
 def _read(poll: Any, payload: Any) -> tuple[JobView, str]:
@@ -143,10 +143,10 @@ def _default_view(payload: dict[str, Any]) -> JobView:
     return JobView("running")
 
 
-def _outcome(spec: KindSpec, engine: Engine, view: JobView) -> Outcome:
+def _outcome(spec: KindSpec, runtime: Runtime, view: JobView) -> Outcome:
     if view.state == "failed" and view.error_type in FATAL_JOB_ERRORS:
         # Resubmitting would fail the same way (a refusal, a bad request): as the poll does.
         error = ErrorInfo(ErrorClass.FATAL, view.error_type or "upstream_failed", view.message)
         return Failed(error, usage=view.usage)
     value = view.result if view.state == "done" else view.message
-    return job_outcome(spec, engine.policy, view.state, value, view.usage)
+    return job_outcome(spec, runtime.policy, view.state, value, view.usage)

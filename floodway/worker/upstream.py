@@ -38,11 +38,11 @@ from floodway.core.errors import InvalidOutput
 from floodway.core.outcome import Completion, Failed, Outcome, Succeeded
 from floodway.core.states import Status
 from floodway.core.task import JSON, ErrorClass, ErrorInfo, Task, new_token
-from floodway.engine import Engine
 from floodway.kinds import KindSpec
 from floodway.limits.base import Permit, Settlement
 from floodway.providers.base import PollSchedule
 from floodway.retry import RetryPolicy
+from floodway.runtime import Runtime
 from floodway.store.base import ClaimParams
 
 log = logging.getLogger("floodway.upstream")
@@ -78,7 +78,7 @@ def job_outcome(
 
 
 async def finish_upstream(
-    engine: Engine,
+    runtime: Runtime,
     task: Task,
     item: Completion,
     *,
@@ -88,21 +88,21 @@ async def finish_upstream(
     """Write ``item`` for a task waiting on an upstream job; True if this write landed. Only
     the write that lands releases the provider slot and runs the follow-ups (fallback, alerts):
     the loser of a webhook/poll race must not settle the same permit twice."""
-    applied = (await engine.store.complete([item], engine.clock.now()))[0]
+    applied = (await runtime.store.complete([item], runtime.clock.now()))[0]
     if not applied.applied:
         return False
-    permit = rebuild_permit(engine, task)
+    permit = rebuild_permit(runtime, task)
     if permit is not None:
         settlement = Settlement(actual_cost=usage, headers=dict(headers or {}))
-        await engine.admission.settle(permit, settlement, engine.clock.now())
-    await engine.after_completion(task, item, applied)
+        await runtime.admission.settle(permit, settlement, runtime.clock.now())
+    await runtime.after_completion(task, item, applied)
     return True
 
 
-def rebuild_permit(engine: Engine, task: Task) -> Permit | None:
+def rebuild_permit(runtime: Runtime, task: Task) -> Permit | None:
     """The permit a parked task holds, rebuilt from its row (admission controls that keep no
     per-task state have nothing to settle)."""
-    make: Any = getattr(engine.admission, "permit_for", None)
+    make: Any = getattr(runtime.admission, "permit_for", None)
     if make is None:
         return None
     permit = make(task.id, task.kind, task.tenant, task.cost_estimated)
@@ -112,7 +112,7 @@ def rebuild_permit(engine: Engine, task: Task) -> Permit | None:
 class UpstreamPoller:
     def __init__(
         self,
-        engine: Engine,
+        runtime: Runtime,
         *,
         owner: str,
         lease_s: float,
@@ -122,7 +122,7 @@ class UpstreamPoller:
         batch_s: float = 0.01,
         rng: random.Random | None = None,
     ) -> None:
-        self.engine = engine
+        self.runtime = runtime
         self.owner = owner
         self.lease_s = lease_s
         self.concurrency = concurrency
@@ -150,10 +150,10 @@ class UpstreamPoller:
             self._wake.set()
 
     async def run(self) -> None:
-        kinds = tuple(s.name for s in self.engine.kinds.specs() if s.poll is not None)
+        kinds = tuple(s.name for s in self.runtime.kinds.specs() if s.poll is not None)
         if not kinds:
             return
-        clock = self.engine.clock
+        clock = self.runtime.clock
         try:
             while True:
                 self._wake.clear()  # before claiming: a park made meanwhile re-sets it
@@ -171,10 +171,10 @@ class UpstreamPoller:
         free = self.concurrency - len(self._polls)
         if free <= 0:
             return False
-        engine = self.engine
+        runtime = self.runtime
         # Polls due within the batch window are taken now, in one claim, rather than each
         # with its own wake-up and claim a few milliseconds apart.
-        now = engine.clock.now()
+        now = runtime.clock.now()
         upto = now + self.batch_s
         if not self._maybe_due(now, upto):
             return False  # a wake-up for a later poll: no claim needed (it is a write)
@@ -182,10 +182,10 @@ class UpstreamPoller:
             heapq.heappop(self._due)
         params = ClaimParams(self.owner, new_token(), kinds, free, upto, self.lease_s)
         try:
-            tasks = await engine.store.claim_parked(params)
+            tasks = await runtime.store.claim_parked(params)
         except Exception:
             log.exception("claiming parked tasks failed; trying again shortly")
-            await engine.clock.sleep(1.0)
+            await runtime.clock.sleep(1.0)
             return False
         for task in tasks:
             job = asyncio.create_task(self._poll_one(task), name=f"floodway-poll-{task.id}")
@@ -210,21 +210,21 @@ class UpstreamPoller:
 
     async def _sleep_for(self) -> float:
         """Seconds until the next poll we know of (at most ``idle_s``)."""
-        engine = self.engine
+        runtime = self.runtime
         self._waiting_for_slot = len(self._polls) >= self.concurrency
         if self._waiting_for_slot:
             return self.idle_s  # woken when a poll finishes
-        now = engine.clock.now()
+        now = runtime.clock.now()
         if now >= self._store_checked_at + self.idle_s:
             # Parks made by other processes (or left by dead ones) are not in our heap; the
             # store knows them. Asked at most once per idle period: our own parks are cheaper.
             self._store_checked_at = now
             try:
-                self._store_next = await engine.store.next_parked_at()
+                self._store_next = await runtime.store.next_parked_at()
             except Exception:
                 log.exception("reading the next parked poll failed")
                 self._store_next = None
-            now = engine.clock.now()
+            now = runtime.clock.now()
         timeout = self.idle_s
         if self._due:
             timeout = min(timeout, self._due[0] - now)
@@ -243,19 +243,19 @@ class UpstreamPoller:
 
     # -- one poll -------------------------------------------------------------------------------
     async def _poll_one(self, task: Task) -> None:
-        engine = self.engine
+        runtime = self.runtime
         try:
             await self._poll(task)
         except asyncio.CancelledError:
             # The worker is stopping: park the task again, due at once, for whoever runs next.
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._park_again(task, engine.clock.now(), polled=False))
+                await asyncio.shield(self._park_again(task, runtime.clock.now(), polled=False))
             raise
 
     async def _poll(self, task: Task) -> None:
-        engine = self.engine
-        spec = engine.kinds.get(task.kind)
-        ctx = Context(task, engine.store, engine.clock)
+        runtime = self.runtime
+        spec = runtime.kinds.get(task.kind)
+        ctx = Context(task, runtime.store, runtime.clock)
         ref = task.upstream_ref
         if ref is None or spec.poll is None:  # not ours to poll: let the handler look again
             await self._hand_back(task, "parked without an upstream job to poll")
@@ -263,17 +263,17 @@ class UpstreamPoller:
         if task.cancel_requested:
             await self._cancel_upstream(spec, ctx, ref)
             error = ErrorInfo(ErrorClass.CANCELLED, "cancelled", "cancelled while waiting upstream")
-            await finish_upstream(engine, task, self._write(task, Status.CANCELLED, error=error))
+            await finish_upstream(runtime, task, self._write(task, Status.CANCELLED, error=error))
             return
         # "Still running" is news as of when we asked: the next gap counts from then, so a slow
         # answer does not push the next poll (and the detection lag) further out.
-        asked_at = engine.clock.now()
+        asked_at = runtime.clock.now()
         try:
             # A poll longer than half the lease would race the sweeper: give up on it first.
             async with asyncio.timeout(self.lease_s / 2):
                 state, value = await spec.poll(ctx, ref)
         except Exception as exc:
-            failed = engine.policy.classify(exc)
+            failed = runtime.policy.classify(exc)
             if failed.error.cls is ErrorClass.RETRYABLE:
                 log.info("task %s: polling %s failed (%s); polling again", task.id, ref, exc)
                 await self._reschedule(task, spec, ctx, ref, asked_at, at_least=failed.retry_after)
@@ -281,13 +281,13 @@ class UpstreamPoller:
             outcome: Outcome = Failed(failed.error, usage=ctx.usage)
         else:
             self.polls += 1
-            engine.upstream.record_poll(finished=state != "running")
+            runtime.upstream.record_poll(finished=state != "running")
             if state == "running":
                 await self._reschedule(task, spec, ctx, ref, asked_at)
                 return
-            outcome = job_outcome(spec, engine.policy, state, value, ctx.usage)
-        item = engine.policy.decide(task, outcome, engine.clock.now(), self._rng)
-        await finish_upstream(engine, task, item, usage=ctx.usage, headers=ctx.response_headers)
+            outcome = job_outcome(spec, runtime.policy, state, value, ctx.usage)
+        item = runtime.policy.decide(task, outcome, runtime.clock.now(), self._rng)
+        await finish_upstream(runtime, task, item, usage=ctx.usage, headers=ctx.response_headers)
 
     async def _reschedule(
         self,
@@ -300,8 +300,8 @@ class UpstreamPoller:
         at_least: float | None = None,
     ) -> None:
         """Park again for the next poll, or give up when the poll budget or deadline is spent."""
-        engine = self.engine
-        now = engine.clock.now()
+        runtime = self.runtime
+        now = runtime.clock.now()
         polls = task.poll_attempts + 1  # this one included
         # Within the claim batch window of the deadline counts as there: polling again a few
         # milliseconds before it would only spend polls.
@@ -330,17 +330,17 @@ class UpstreamPoller:
         polled: bool,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        engine = self.engine
+        runtime = self.runtime
         assert task.lease_token is not None and task.upstream_ref is not None
-        parked = await engine.store.park(
-            task.id, task.lease_token, task.upstream_ref, at, engine.clock.now(), polled=polled
+        parked = await runtime.store.park(
+            task.id, task.lease_token, task.upstream_ref, at, runtime.clock.now(), polled=polled
         )
         if not parked:  # a webhook finished it, or the sweeper took it back: not ours anymore
             return
-        permit = rebuild_permit(engine, task)
+        permit = rebuild_permit(runtime, task)
         if permit is not None:  # the provider is still working: keep (renew) its slot
             keep = Settlement(headers=dict(headers or {}), keep_slot=True)
-            await engine.admission.settle(permit, keep, engine.clock.now())
+            await runtime.admission.settle(permit, keep, runtime.clock.now())
         self.wake(at)
 
     async def _give_up(
@@ -349,7 +349,7 @@ class UpstreamPoller:
         await self._cancel_upstream(spec, ctx, ref)  # stop paying for work nobody will read
         error = ErrorInfo(ErrorClass.TIMEOUT, kind, message)
         await finish_upstream(
-            self.engine,
+            self.runtime,
             task,
             self._write(task, Status.TIMEOUT, error=error),
             headers=ctx.response_headers,
@@ -361,10 +361,10 @@ class UpstreamPoller:
             task,
             Status.RETRYING,
             error=error,
-            next_attempt_at=self.engine.clock.now(),
+            next_attempt_at=self.runtime.clock.now(),
             refund_attempt=True,
         )
-        await finish_upstream(self.engine, task, item)
+        await finish_upstream(self.runtime, task, item)
 
     async def _cancel_upstream(self, spec: KindSpec, ctx: Context, ref: str) -> None:
         cancel: Any = getattr(spec.poll, "cancel", None)

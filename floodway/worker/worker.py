@@ -21,10 +21,10 @@ from floodway.core.errors import StoreError
 from floodway.core.outcome import Completion
 from floodway.core.states import Status
 from floodway.core.task import Task, new_token
-from floodway.engine import Engine
 from floodway.limits.backend import LimiterUnavailable
 from floodway.limits.base import Permit, Settlement
 from floodway.providers.base import ParkUpstream
+from floodway.runtime import Runtime
 from floodway.store.base import ClaimParams, ReadyQuery
 from floodway.worker.completer import Completer
 from floodway.worker.executor import execute
@@ -56,8 +56,8 @@ class WorkerOptions:
 
 
 class Worker:
-    def __init__(self, engine: Engine, options: WorkerOptions | None = None) -> None:
-        self.engine = engine
+    def __init__(self, runtime: Runtime, options: WorkerOptions | None = None) -> None:
+        self.runtime = runtime
         self.options = options or WorkerOptions()
         self.running: dict[str, _Running] = {}
         self._stopping = asyncio.Event()
@@ -68,13 +68,13 @@ class Worker:
         self._blocked = False
         self.claimed = 0
         self.completed = 0
-        self.completer = Completer(engine.store, engine.clock)
+        self.completer = Completer(runtime.store, runtime.clock)
         #: retries this worker scheduled (a heap of due times): the idle wait ends at the
         #: earliest, not a poll interval later
         self._due: list[float] = []
         # -- upstream jobs: parked tasks are polled by this loop, not by a held worker slot --
         self.upstream = UpstreamPoller(
-            engine, owner=self.owner, lease_s=self.options.lease_s, idle_s=self.options.idle_poll_s
+            runtime, owner=self.owner, lease_s=self.options.lease_s, idle_s=self.options.idle_poll_s
         )
 
     @property
@@ -115,15 +115,15 @@ class Worker:
         """Deliver a cancel request to a task running in this process, at once."""
         run = self.running.get(task_id)
         if run is None:  # parked on an upstream job, perhaps: the cancel made its poll due
-            self.upstream.wake(self.engine.clock.now())
+            self.upstream.wake(self.runtime.clock.now())
             return False
         run.ctx.cancelled.set()
         return True
 
     # -- dispatcher ---------------------------------------------------------------------------
     async def _dispatch_loop(self) -> None:
-        engine = self.engine
-        hub = engine.hub
+        runtime = self.runtime
+        hub = runtime.hub
         while not self._stopping.is_set():
             free = self.options.concurrency - len(self.running)
             claimed = 0
@@ -133,11 +133,11 @@ class Worker:
                 except (LimiterUnavailable, StoreError) as exc:
                     # Fail closed: claim nothing until the limiter and the ledger answer.
                     log.warning("dispatch paused, retrying in 1 s: %s: %s", type(exc).__name__, exc)
-                    await engine.clock.sleep(1.0)
+                    await runtime.clock.sleep(1.0)
                     continue
                 except Exception:
                     log.exception("claim failed; backing off")
-                    await engine.clock.sleep(1.0)
+                    await runtime.clock.sleep(1.0)
                     continue
             if claimed and claimed == min(free, self.options.claim_batch):
                 continue  # maybe more ready: claim again at once
@@ -149,18 +149,20 @@ class Worker:
             await self._idle_wait()
 
     async def _idle_wait(self) -> None:
-        engine = self.engine
+        runtime = self.runtime
         timeout = self.options.idle_poll_s
-        now = engine.clock.now()
-        hint = engine.admission.next_admission_in(now)
+        now = runtime.clock.now()
+        hint = runtime.admission.next_admission_in(now)
         if hint is not None:
             timeout = max(0.001, min(timeout, hint))
         while self._due and self._due[0] <= now:
             heapq.heappop(self._due)
         if self._due:
             timeout = max(0.001, min(timeout, self._due[0] - now))
-        local = asyncio.ensure_future(wait_event(engine.clock, engine.hub.work_available, timeout))
-        remote = asyncio.ensure_future(engine.store.wait_for_change(timeout))
+        local = asyncio.ensure_future(
+            wait_event(runtime.clock, runtime.hub.work_available, timeout)
+        )
+        remote = asyncio.ensure_future(runtime.store.wait_for_change(timeout))
         freed = asyncio.ensure_future(self._slot_freed.wait())
         try:
             await asyncio.wait({local, remote, freed}, return_when=asyncio.FIRST_COMPLETED)
@@ -170,22 +172,22 @@ class Worker:
             self._slot_freed.clear()
 
     async def _claim(self, limit: int) -> int:
-        engine = self.engine
-        now = engine.clock.now()
-        kinds = engine.kinds.names()
+        runtime = self.runtime
+        now = runtime.clock.now()
+        kinds = runtime.kinds.names()
         params = ClaimParams(self.owner, new_token(), kinds, limit, now, self.options.lease_s)
         permits: dict[str, Permit] = {}
-        if engine.admission.limited:
+        if runtime.admission.limited:
             # Every completion and submit in any process wakes every dispatcher; while the
             # resources are full, one slot count per resource answers such a wake-up, not a
             # listing and an admission pass. A slot freed anywhere shows there.
-            if self._blocked and await engine.admission.saturated(kinds):
+            if self._blocked and await runtime.admission.saturated(kinds):
                 return 0
-            ready = await engine.store.ready(ReadyQuery(kinds, now, max(limit, 16)))
+            ready = await runtime.store.ready(ReadyQuery(kinds, now, max(limit, 16)))
             if not ready:
                 self._blocked = False
                 return 0
-            admitted = await engine.admission.admit(ready, now, limit=limit)
+            admitted = await runtime.admission.admit(ready, now, limit=limit)
             permits = {p.task_id: p for p in admitted}
             self._blocked = not permits
             if not permits:
@@ -200,20 +202,20 @@ class Worker:
                 ids=tuple(permits),
             )
         try:
-            tasks = await engine.store.claim(params)
+            tasks = await runtime.store.claim(params)
         except BaseException:
             # The claim did not land (e.g. PostgreSQL restarting): hand the slots back now
             # rather than leave them held until they expire.
             for permit in permits.values():
-                await engine.admission.release(permit, now)
+                await runtime.admission.release(permit, now)
             raise
         got = {t.id for t in tasks}
         for task_id, permit in permits.items():
             if task_id not in got:
-                await engine.admission.release(permit, now)
+                await runtime.admission.release(permit, now)
         for task in tasks:
             permit = permits.get(task.id) or Permit(task.id, None, task.tenant, task.cost_estimated)
-            ctx = Context(task, engine.store, engine.clock)
+            ctx = Context(task, runtime.store, runtime.clock)
             run = _Running(task, ctx, permit)
             self.running[task.id] = run
             if task.cancel_requested:
@@ -232,16 +234,16 @@ class Worker:
         taken at admission lasts only the claim TTL). Beside the calls, not before them: the
         order does not matter, a renewal that comes after a release renews nothing."""
         try:
-            await self.engine.admission.renew(permits)
+            await self.runtime.admission.renew(permits)
         except Exception:  # the next heartbeat tries again, well within the claim TTL
             log.warning("could not confirm the limiter slots of %d claims", len(permits))
 
     # -- one task -----------------------------------------------------------------------------
     async def _run(self, run: _Running) -> None:
-        engine = self.engine
-        spec = engine.kinds.get(run.task.kind)
+        runtime = self.runtime
+        spec = runtime.kinds.get(run.task.kind)
         try:
-            outcome = await execute(spec, run.ctx, engine.policy, engine.clock)
+            outcome = await execute(spec, run.ctx, runtime.policy, runtime.clock)
         except ParkUpstream as park:  # -- upstream jobs: the handler waits on a durable timer --
             if spec.poll is not None:
                 await asyncio.shield(self._park(run, park))
@@ -259,7 +261,7 @@ class Worker:
                 Status.RUNNING,
                 run.task.lease_token,
                 error=None,
-                next_attempt_at=engine.clock.now(),
+                next_attempt_at=runtime.clock.now(),
                 refund_attempt=True,
             )
             await asyncio.shield(self._finish(run, item, Settlement()))
@@ -270,8 +272,8 @@ class Worker:
             from floodway.core.task import ErrorClass, ErrorInfo
 
             outcome = Failed(ErrorInfo(ErrorClass.RETRYABLE, "internal", "executor failed"))
-        engine.upstream.record(outcome)
-        item = engine.policy.decide(run.task, outcome, engine.clock.now())
+        runtime.upstream.record(outcome)
+        item = runtime.policy.decide(run.task, outcome, runtime.clock.now())
         settlement = Settlement(
             actual_cost=run.ctx.usage,
             throttled=bool(getattr(outcome, "throttled", False)),
@@ -281,14 +283,14 @@ class Worker:
         await asyncio.shield(self._finish(run, item, settlement))
 
     async def _finish(self, run: _Running, item: Completion, settlement: Settlement) -> None:
-        engine = self.engine
+        runtime = self.runtime
         try:
-            await engine.admission.settle(run.permit, settlement, engine.clock.now())
+            await runtime.admission.settle(run.permit, settlement, runtime.clock.now())
             # The provider slot is free now: let the dispatcher admit the next task while the
             # outcome is still being written, rather than after (and without first counting
             # slots: this one was just given back).
             self._blocked = False
-            engine.hub.work_available.set()
+            runtime.hub.work_available.set()
             if run.fenced:
                 log.warning("task %s: lease lost, result dropped", run.task.id)
                 return
@@ -307,7 +309,7 @@ class Worker:
                     item.to.value,
                     applied[0].status,
                 )
-            await engine.after_completion(run.task, item, applied[0])
+            await runtime.after_completion(run.task, item, applied[0])
             self.completed += 1
         finally:
             self.running.pop(run.task.id, None)
@@ -318,18 +320,18 @@ class Worker:
         """Leave the task waiting on its upstream job without this worker: it stays running,
         the lease and the worker slot are released, the provider slot is kept, and the
         upstream poller wakes it at ``park.poll_at``."""
-        engine = self.engine
+        runtime = self.runtime
         try:
             # Usage is settled when the job ends (by the poller or the webhook), not here.
             keep = Settlement(headers=run.ctx.response_headers, keep_slot=True)
-            await engine.admission.settle(run.permit, keep, engine.clock.now())
+            await runtime.admission.settle(run.permit, keep, runtime.clock.now())
             if run.fenced:
                 log.warning("task %s: lease lost, not parked", run.task.id)
                 return
             assert run.task.lease_token is not None
             try:
-                parked = await engine.store.park(
-                    run.task.id, run.task.lease_token, park.ref, park.poll_at, engine.clock.now()
+                parked = await runtime.store.park(
+                    run.task.id, run.task.lease_token, park.ref, park.poll_at, runtime.clock.now()
                 )
             except Exception:
                 # The lease will expire; the sweeper resumes the task from its upstream_ref.
@@ -345,17 +347,17 @@ class Worker:
 
     # -- leases -------------------------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
-        engine = self.engine
+        runtime = self.runtime
         while True:
-            await engine.clock.sleep(self.options.heartbeat_s)
+            await runtime.clock.sleep(self.options.heartbeat_s)
             leases = [
                 (r.task.id, r.task.lease_token or "") for r in self.running.values() if not r.fenced
             ]
             if not leases:
                 continue
             try:
-                result = await engine.store.heartbeat(
-                    leases, engine.clock.now(), self.options.lease_s
+                result = await runtime.store.heartbeat(
+                    leases, runtime.clock.now(), self.options.lease_s
                 )
             except Exception:
                 log.exception("heartbeat failed")
@@ -368,6 +370,6 @@ class Worker:
             for task_id in result.cancel_requested:
                 self.cancel_local(task_id)
             try:  # keep the provider slots of long tasks alive with their leases
-                await engine.admission.renew([r.permit for r in self.running.values()])
+                await runtime.admission.renew([r.permit for r in self.running.values()])
             except Exception:
                 log.exception("renewing limiter slots failed")

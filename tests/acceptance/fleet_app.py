@@ -70,7 +70,7 @@ def build(
 
     async def lookup(ctx: Context) -> Any:
         """Recovery: the provider bills per idempotency key; a finished job is taken as is."""
-        r = await client.get("/jobs", params={"idempotency_key": ctx.idempotency_key})
+        r = await client.get("/jobs", params={"idempotency_key": ctx.work_key})
         if r.status_code != 200:
             return None
         body = r.json()
@@ -78,9 +78,7 @@ def build(
 
     @fw.kind(KIND, resource=RESOURCE, idempotent=True, lookup=lookup)
     async def generate(ctx: Context, value: dict[str, Any]) -> Any:
-        r = await client.post(
-            "/generate", json=value, headers={"Idempotency-Key": ctx.idempotency_key}
-        )
+        r = await client.post("/generate", json=value, headers={"Idempotency-Key": ctx.work_key})
         if r.status_code == 429:
             raise RetryableError("HTTP 429", throttled=True)
         if r.status_code >= 500 or r.status_code == 409:

@@ -22,14 +22,12 @@ def build(database: str | None = None, sim_url: str | None = None) -> Floodway:
         return client["c"]
 
     async def lookup(ctx: Context) -> Any:
-        r = await http().get("/jobs", params={"idempotency_key": ctx.idempotency_key})
+        r = await http().get("/jobs", params={"idempotency_key": ctx.work_key})
         return r.json().get("result") if r.status_code == 200 else None
 
     @fw.kind("img", idempotent=True, lookup=lookup)
     async def generate(ctx: Context, value: dict[str, Any]) -> Any:
-        r = await http().post(
-            "/generate", json=value, headers={"Idempotency-Key": ctx.idempotency_key}
-        )
+        r = await http().post("/generate", json=value, headers={"Idempotency-Key": ctx.work_key})
         if r.status_code == 429 or r.status_code >= 500 or r.status_code == 409:
             raise RetryableError(f"HTTP {r.status_code}", throttled=r.status_code == 429)
         if r.status_code >= 400:

@@ -171,7 +171,7 @@ async def fleet(tmp_path: Path, latency_ms: float, sim_cap: int) -> AsyncIterato
 async def slots_held(fw: Floodway) -> int:
     """Provider slots the shared limiter still counts as taken (0 once all is done: none
     leaked by a crash or an outage)."""
-    admission = fw.engine.admission
+    admission = fw.runtime.admission
     assert isinstance(admission, LimitsAdmission)
     return (await admission.snapshot())[RESOURCE].in_flight
 
@@ -216,15 +216,15 @@ async def test_sigkilled_worker_tasks_are_finished_by_the_others(fleet: Fleet) -
     async def running_of_one_worker() -> bool:
         if sim.state.ledger.total < 20:
             return False
-        running = await fw.list(TaskQuery(status=Status.RUNNING, limit=100))
+        running = await fw.list_tasks(TaskQuery(status=Status.RUNNING, limit=100))
         return any(any(w.owns(t.lease_owner) for w in fleet.workers) for t in running)
 
     await until(running_of_one_worker, 60, "some tasks charged and some running")
-    running = await fw.list(TaskQuery(status=Status.RUNNING, limit=100))
+    running = await fw.list_tasks(TaskQuery(status=Status.RUNNING, limit=100))
     victim = max(fleet.workers, key=lambda w: sum(w.owns(t.lease_owner) for t in running))
     victim.kill()
     # What the victim held when it died: running under its lease, and not finished by it.
-    after = await fw.list(TaskQuery(status=Status.RUNNING, limit=100))
+    after = await fw.list_tasks(TaskQuery(status=Status.RUNNING, limit=100))
     orphans = [t.id for t in after if victim.owns(t.lease_owner)]
     assert orphans, "the victim held no task at its death: nothing was tested"
     assert sim.state.ledger.total < TASKS, "the batch finished before the kill"
@@ -350,7 +350,7 @@ async def test_slot_orphaned_before_the_claim_does_not_block_its_task(fleet: Fle
     async with doomed:
         now = doomed.clock.now()
         ready = await doomed.store.ready(ReadyQuery((KIND,), now, 16))
-        permits = await doomed.engine.admission.admit(ready, now)
+        permits = await doomed.runtime.admission.admit(ready, now)
         assert [p.task_id for p in permits] == [task.id]
     # ... and dies here, before claiming the task. The orphaned slot expires with its claim TTL.
     async with fw.worker(concurrency=CAP, maintenance=True):

@@ -124,8 +124,8 @@ async def test_a_failed_claim_hands_its_slots_back(tmp_path: Path) -> None:
     async with running_simulator(config) as sim:
         fw = build(f"sqlite:///{tmp_path}/fw.db", sim.url, redis="", cap=CAP)
         async with fw:
-            engine = fw.engine
-            engine.store = cast(Store, _FailingClaims(engine.store, failures=1))
+            runtime = fw.runtime
+            runtime.store = cast(Store, _FailingClaims(runtime.store, failures=1))
             task = await fw.submit(KIND, {"n": 1})
             async with fw.worker(concurrency=CAP, maintenance=False):
 

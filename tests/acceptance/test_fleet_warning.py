@@ -50,8 +50,8 @@ async def test_each_process_warns_once_it_sees_a_peer(
 ) -> None:
     caplog.set_level(logging.WARNING, "floodway.fleet")
     async with process(ledger) as a, process(ledger) as b:
-        watch_a = LocalLimitsWatch(a.engine, ["host-a:1:w"], identity="host-a:1")
-        watch_b = LocalLimitsWatch(b.engine, ["host-b:2:w"], identity="host-b:2")
+        watch_a = LocalLimitsWatch(a.runtime, ["host-a:1:w"], identity="host-a:1")
+        watch_b = LocalLimitsWatch(b.runtime, ["host-b:2:w"], identity="host-b:2")
         assert watch_a.active and watch_b.active
 
         assert await watch_a.check_once() == set()  # alone so far: it holds the lease
@@ -80,7 +80,7 @@ async def test_each_process_warns_once_it_sees_a_peer(
         # A stopped process hands the lease back: the next one is not told of a ghost.
         await watch_a.stop()
         caplog.clear()
-        watch_c = LocalLimitsWatch(a.engine, identity="host-c:3")
+        watch_c = LocalLimitsWatch(a.runtime, identity="host-c:3")
         assert await watch_c.check_once() == {"host-b:2:w"}  # b still runs a task
         await watch_b.stop()
 
@@ -90,9 +90,9 @@ async def test_the_watch_runs_in_the_background_until_stopped(
 ) -> None:
     caplog.set_level(logging.WARNING, "floodway.fleet")
     async with process(ledger) as a, process(ledger) as b:
-        first = LocalLimitsWatch(a.engine, identity="host-a:1")
+        first = LocalLimitsWatch(a.runtime, identity="host-a:1")
         await first.check_once()
-        watch = watch_local_limits(b.engine, "host-b:2:w", every_s=0.05)
+        watch = watch_local_limits(b.runtime, "host-b:2:w", every_s=0.05)
         try:
 
             async def warned() -> bool:
@@ -115,12 +115,12 @@ async def test_no_warning_when_limits_are_shared_or_absent(
         process(ledger) as local,
         process(ledger, redis="redis://127.0.0.1:9/0") as shared,
     ):
-        await LocalLimitsWatch(local.engine, identity="host-a:1").check_once()
-        watch = LocalLimitsWatch(shared.engine, identity="host-b:2")
+        await LocalLimitsWatch(local.runtime, identity="host-a:1").check_once()
+        watch = LocalLimitsWatch(shared.runtime, identity="host-b:2")
         assert not watch.active
         assert await watch.check_once() == set()
     # Nothing limited: nothing to exceed.
     unlimited = Floodway(database=ledger)
     async with unlimited:
-        assert not LocalLimitsWatch(unlimited.engine).active
+        assert not LocalLimitsWatch(unlimited.runtime).active
     assert warnings(caplog) == []

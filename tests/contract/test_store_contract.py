@@ -143,37 +143,37 @@ async def test_submit_round_trips_every_field(store: Store) -> None:
 
 
 async def test_request_key_returns_the_same_task(store: Store) -> None:
-    first = (await store.submit([task(idempotency_key="k1", request_hash="h")], NOW))[0]
-    again = (await store.submit([task(idempotency_key="k1", request_hash="h")], NOW + 5))[0]
+    first = (await store.submit([task(request_key="k1", request_hash="h")], NOW))[0]
+    again = (await store.submit([task(request_key="k1", request_hash="h")], NOW + 5))[0]
     assert again.reused and not first.reused
     assert again.task.id == first.task.id
     assert await count(store) == 1
     other_tenant = (
-        await store.submit([task(idempotency_key="k1", request_hash="h", tenant="b")], NOW)
+        await store.submit([task(request_key="k1", request_hash="h", tenant="b")], NOW)
     )[0]
     assert other_tenant.task.id != first.task.id
 
 
 async def test_request_key_with_another_body_conflicts_and_writes_nothing(store: Store) -> None:
-    first = await submit(store, idempotency_key="k1", request_hash="h1")
+    first = await submit(store, request_key="k1", request_hash="h1")
     with pytest.raises(IdempotencyConflict) as info:
-        await store.submit([task(idempotency_key="k1", request_hash="h2")], NOW + 1)
+        await store.submit([task(request_key="k1", request_hash="h2")], NOW + 1)
     assert info.value.task_id == first.id
     assert await count(store) == 1
 
 
 async def test_expired_request_key_gives_a_new_task(store: Store) -> None:
-    first = await submit(store, idempotency_key="k", request_hash="h", key_ttl_s=10)
-    second = (await store.submit([task(idempotency_key="k", request_hash="h2")], NOW + 11))[0]
+    first = await submit(store, request_key="k", request_hash="h", key_ttl_s=10)
+    second = (await store.submit([task(request_key="k", request_hash="h2")], NOW + 11))[0]
     assert not second.reused and second.task.id != first.id
-    third = (await store.submit([task(idempotency_key="k", request_hash="h2")], NOW + 12))[0]
+    third = (await store.submit([task(request_key="k", request_hash="h2")], NOW + 12))[0]
     assert third.reused and third.task.id == second.task.id
 
 
 async def test_concurrent_submits_with_one_key_make_one_task(backend: Backend) -> None:
     async with backend.opened() as a, backend.opened() as b:
         subs = await asyncio.gather(
-            *[s.submit([task(idempotency_key="same", request_hash="h")], NOW) for s in [a, b] * 6]
+            *[s.submit([task(request_key="same", request_hash="h")], NOW) for s in [a, b] * 6]
         )
         assert len({s[0].task.id for s in subs}) == 1
         assert sum(not s[0].reused for s in subs) == 1
@@ -184,14 +184,14 @@ async def test_a_burst_of_keyed_submits_gives_each_key_one_task(backend: Backend
     """Keyed submits issued together share one statement; replays, an expired key and the same
     keys sent at once from another process still come out as one at a time would."""
     async with backend.opened() as a, backend.opened() as b:
-        old = await submit(a, idempotency_key="old", request_hash="h", key_ttl_s=10)
-        replayed = await submit(a, idempotency_key="replay", request_hash="h")
-        batch = [task(n=i, idempotency_key=f"k{i}", request_hash=f"h{i}") for i in range(5)]
+        old = await submit(a, request_key="old", request_hash="h", key_ttl_s=10)
+        replayed = await submit(a, request_key="replay", request_hash="h")
+        batch = [task(n=i, request_key=f"k{i}", request_hash=f"h{i}") for i in range(5)]
         first, second, (again,), (renewed,), (plain,) = await asyncio.gather(
             a.submit(batch, NOW + 20),
             b.submit(batch, NOW + 20),
-            a.submit([task(idempotency_key="replay", request_hash="h")], NOW + 20),
-            a.submit([task(idempotency_key="old", request_hash="h2")], NOW + 20),
+            a.submit([task(request_key="replay", request_hash="h")], NOW + 20),
+            a.submit([task(request_key="old", request_hash="h2")], NOW + 20),
             a.submit([task(n=9)], NOW + 20),
         )
         assert [s.task.id for s in first] == [s.task.id for s in second]
@@ -201,7 +201,7 @@ async def test_a_burst_of_keyed_submits_gives_each_key_one_task(backend: Backend
         assert not plain.reused
         assert await count(a) == 2 + 5 + 1 + 1
         with pytest.raises(IdempotencyConflict):
-            await a.submit([task(idempotency_key="k0", request_hash="other")], NOW + 21)
+            await a.submit([task(request_key="k0", request_hash="other")], NOW + 21)
         assert await count(a) == 9
 
 
@@ -755,7 +755,7 @@ async def test_expired_leases_and_past_deadline(store: Store) -> None:
 
 
 async def test_purge_clears_results_then_rows_then_keys(store: Store) -> None:
-    old = await run_one(store, idempotency_key="k", request_hash="h", key_ttl_s=100)
+    old = await run_one(store, request_key="k", request_hash="h", key_ttl_s=100)
     await finish(store, old, S.SUCCEEDED, NOW + 1, result="big")
     live = await submit(store, NOW + 1, n=2)
     purged = await store.purge(Retention(NOW + 50, result_ttl_s=10, row_ttl_s=1000))
@@ -766,7 +766,7 @@ async def test_purge_clears_results_then_rows_then_keys(store: Store) -> None:
     assert await store.get(old.id) is None
     assert await store.events(old.id) == []
     assert await store.get(live.id) is not None
-    again = (await store.submit([task(idempotency_key="k", request_hash="h")], NOW + 2000))[0]
+    again = (await store.submit([task(request_key="k", request_hash="h")], NOW + 2000))[0]
     assert not again.reused
 
 
@@ -829,8 +829,8 @@ async def test_stats_count_by_status_and_kind(store: Store) -> None:
 async def test_listeners_hear_committed_changes_of_this_process(store: Store) -> None:
     heard: list[list[TaskChange]] = []
     store.add_listener(lambda changes: heard.append(list(changes)))
-    t = await submit(store, idempotency_key="k", request_hash="h")
-    await submit(store, idempotency_key="k", request_hash="h")  # reused: nothing changed
+    t = await submit(store, request_key="k", request_hash="h")
+    await submit(store, request_key="k", request_hash="h")  # reused: nothing changed
     await claim(store)
     await store.complete([Completion(t.id, S.SUCCEEDED, lease_token="tok-1")], NOW + 1)
     await store.complete([Completion(t.id, S.FAILED, lease_token="tok-1")], NOW + 2)  # no-op
@@ -848,13 +848,13 @@ async def test_a_failing_write_undoes_only_itself_and_is_heard_once(store: Store
     leave half of itself behind, or have the others' changes heard twice."""
     queued = await submit(store, n=0)
     running = await run_one(store, n=1)
-    keyed = await submit(store, n=2, idempotency_key="k", request_hash="h1")
+    keyed = await submit(store, n=2, request_key="k", request_hash="h1")
     heard: list[TaskChange] = []
     store.add_listener(heard.extend)
     outcomes = await asyncio.gather(
         store.submit([task(n=3)], NOW + 1),
         store.request_cancel(queued.id, None, NOW + 1),
-        store.submit([task(n=4), task(n=5, idempotency_key="k", request_hash="h2")], NOW + 1),
+        store.submit([task(n=4), task(n=5, request_key="k", request_hash="h2")], NOW + 1),
         store.complete([Completion(running.id, S.SUCCEEDED, lease_token="tok-1")], NOW + 1),
         store.request_cancel("t_missing", None, NOW + 1),
         store.submit([task(n=6)], NOW + 1),

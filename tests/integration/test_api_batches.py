@@ -15,7 +15,7 @@ async def test_batch_submits_all_and_reports_progress_until_done(api: ApiServer)
     assert resp.status_code == 202
     batch = resp.json()
     assert batch["id"].startswith("b_") and len(batch["task_ids"]) == 5
-    stored = await api.fw.list(TaskQuery(batch_id=batch["id"]))
+    stored = await api.fw.list_tasks(TaskQuery(batch_id=batch["id"]))
     assert sorted(t.id for t in stored) == sorted(batch["task_ids"])
 
     async with asyncio.timeout(20):

@@ -18,7 +18,7 @@ from floodway.core.errors import (
     WaitTimeout,
 )
 from floodway.core.states import Status
-from floodway.core.task import ErrorClass, Lane
+from floodway.core.task import ErrorClass, Lane, SubmitRequest
 from floodway.retry import Backoff
 from tests.integration.conftest import ApiServer, StartApi, eventually
 
@@ -39,7 +39,7 @@ async def test_submit_get_wait_list_cancel_retry(api: ApiServer) -> None:
         again = await client.retry(failed.id)
         assert again.id == failed.id and again.status in (Status.QUEUED, Status.RUNNING)
 
-        page = await client.list(limit=1)
+        page = await client.list_tasks(limit=1)
         assert [t.id for t in page.items] == [task.id] and page.next is not None
         everything = [t.id async for t in client.iter_tasks(page_size=1)]
         assert everything == [task.id, failed.id]
@@ -58,8 +58,8 @@ async def test_submit_get_wait_list_cancel_retry(api: ApiServer) -> None:
 async def test_idempotent_submit_batches_and_errors(start_api: StartApi) -> None:
     server = await start_api(run_workers=False, tenants={"interactive_depth": 1})
     async with Client(server.url) as client:
-        first = await client.submit_ex("sim", {"k": 1}, key="k-1")
-        again = await client.submit_ex("sim", {"k": 1}, key="k-1")
+        first = await client.submit_request(SubmitRequest("sim", {"k": 1}, key="k-1"))
+        again = await client.submit_request(SubmitRequest("sim", {"k": 1}, key="k-1"))
         assert not first.reused and again.reused and again.task.id == first.task.id
         with pytest.raises(IdempotencyConflict) as conflict:
             await client.submit("sim", {"k": 2}, key="k-1")
@@ -89,7 +89,7 @@ async def test_keys_and_invalid_input(start_api: StartApi) -> None:
     server = await start_api(keys={"key-a": "a"}, run_workers=False)
     async with Client(server.url) as anonymous, Client(server.url, api_key="key-a") as client:
         with pytest.raises(ApiError) as unauthorized:
-            await anonymous.list()
+            await anonymous.list_tasks()
         assert unauthorized.value.status == 401
         task = await client.submit("sim", {"ok": True})
         assert task.tenant == "a"

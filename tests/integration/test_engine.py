@@ -26,7 +26,7 @@ from floodway import (
 )
 from floodway.config import ResourceConfig, Settings
 from floodway.core.outcome import Completion
-from floodway.core.task import ErrorClass
+from floodway.core.task import ErrorClass, SubmitRequest
 from floodway.maintenance.loop import Retainer
 from floodway.maintenance.sweeper import Sweeper
 from floodway.serving import serve_app
@@ -62,7 +62,7 @@ async def test_fifty_concurrent_duplicates_run_the_handler_once(fw: Floodway) ->
         nonlocal calls
         calls += 1
         await gate.wait()
-        return {"audio": value["text"][::-1], "key": ctx.idempotency_key}
+        return {"audio": value["text"][::-1], "key": ctx.work_key}
 
     async with fw.worker(concurrency=20):
         tasks = await asyncio.gather(*[fw.submit("tts", {"text": "hello"}) for _ in range(50)])
@@ -110,12 +110,12 @@ async def test_waiter_runs_itself_when_the_primary_fails(fw: Floodway) -> None:
 
 async def test_request_key_returns_the_same_task(fw: Floodway) -> None:
     fw.kind("img", dedupe=False)(SimulatedProvider().handler)
-    first = await fw.submit_ex("img", {"p": 1}, key="click-1")
-    second = await fw.submit_ex("img", {"p": 1}, key="click-1")
+    first = await fw.submit_request(SubmitRequest("img", {"p": 1}, key="click-1"))
+    second = await fw.submit_request(SubmitRequest("img", {"p": 1}, key="click-1"))
     assert not first.reused and second.reused and second.task.id == first.task.id
     with pytest.raises(IdempotencyConflict):
         await fw.submit("img", {"p": 2}, key="click-1")
-    assert len(await fw.list()) == 1
+    assert len(await fw.list_tasks()) == 1
 
 
 async def test_request_keys_expire(fw: Floodway, clock: FakeClock) -> None:
@@ -133,7 +133,7 @@ async def test_zombie_worker_cannot_write_its_stale_result(fw: Floodway, clock: 
     store = fw.store
     zombie = (await store.claim(ClaimParams("zombie", "tok-z", ("img",), 1, clock.now(), 30)))[0]
     await clock.advance(31)  # the zombie's lease expires; the sweeper gives the task back
-    assert (await Sweeper(fw.engine).run_once()).recovered == 1
+    assert (await Sweeper(fw.runtime).run_once()).recovered == 1
     await clock.advance(2)  # past the full-jitter backoff of a first retry (at most 1 s)
     fresh = (await store.claim(ClaimParams("w2", "tok-2", ("img",), 1, clock.now(), 30)))[0]
     assert fresh.id == task.id and fresh.attempts == 2
@@ -221,7 +221,7 @@ async def test_deadline_turns_queued_and_running_into_timeout(
     fw.kind("img")(SimulatedProvider().handler)
     queued = await fw.submit("img", {"p": 1}, deadline_s=10)
     await clock.advance(11)
-    assert (await Sweeper(fw.engine).run_once()).timed_out == 1
+    assert (await Sweeper(fw.runtime).run_once()).timed_out == 1
     done = await fw.get(queued.id)
     assert done.status is Status.TIMEOUT and done.error is not None
     assert done.error.cls is ErrorClass.TIMEOUT
@@ -250,7 +250,7 @@ async def test_poison_fails_and_submits_the_fallback(fw: Floodway, clock: FakeCl
         await asyncio.wait_for(fallback_ran.wait(), 5)
     assert done.status is Status.FAILED and done.attempts == 3
     assert done.error is not None and done.error.cls is ErrorClass.POISON
-    follow = [t for t in await fw.list() if t.kind == "cheap"]
+    follow = [t for t in await fw.list_tasks() if t.kind == "cheap"]
     assert follow and follow[0].metadata["fallback_of"] == task.id
 
 
@@ -300,7 +300,7 @@ async def test_interactive_depth_says_too_fast(fw: Floodway) -> None:
     assert info.value.limit == "interactive_depth" and info.value.retry_after > 0
     await fw.submit("llm", {"i": 9}, lane="interactive", tenant="bob")  # per tenant
     await fw.submit("llm", {"i": 9}, lane="background", tenant="alice")  # per lane
-    assert len(await fw.list()) == 7
+    assert len(await fw.list_tasks()) == 7
 
 
 def _nested(depth: int) -> Any:
@@ -331,7 +331,7 @@ async def test_bad_input_is_refused_and_changes_nothing(
     fw.kind("img")(SimulatedProvider().handler)
     with pytest.raises(error):
         await fw.submit(kind, value)
-    assert await fw.list() == []
+    assert await fw.list_tasks() == []
 
 
 async def test_illegal_manual_retry_raises_and_changes_nothing(fw: Floodway) -> None:
@@ -385,7 +385,7 @@ async def test_recovery_reconciles_by_lookup_resubmit_or_interrupt(
     assert len(claimed) == 3
     sim.results[found.work_key] = {"from": "upstream"}  # the provider finished before we died
     await clock.advance(31)
-    await Sweeper(fw.engine).run_once()
+    await Sweeper(fw.runtime).run_once()
     assert (await fw.get(found.id)).status is Status.SUCCEEDED
     assert (await fw.get(found.id)).result == {"from": "upstream"}
     assert (await fw.get(safe.id)).status is Status.RETRYING
@@ -398,7 +398,7 @@ async def test_retention_clears_results_then_rows_then_keys(fw: Floodway, clock:
     fw.kind("img")(SimulatedProvider().handler)
     async with fw.worker():
         task = await fw.wait((await fw.submit("img", {"p": 1}, key="k1")).id, timeout=5)
-    retainer = Retainer(fw.engine, results_s=7 * 86400, rows_s=30 * 86400, keys_s=86400)
+    retainer = Retainer(fw.runtime, results_s=7 * 86400, rows_s=30 * 86400, keys_s=86400)
     await clock.advance(8 * 86400)
     purged = await retainer.run_once()
     assert purged.results_cleared == 1 and purged.keys_expired == 1
@@ -496,7 +496,7 @@ async def test_a_claimed_task_keeps_its_provider_slot_past_the_claim_ttl(
     async with fw:
         a, b = await fw.submit("slow", {"n": 1}), await fw.submit("slow", {"n": 2})
         # No heartbeat in this test's span: only the claim's confirmation holds the slot.
-        worker = Worker(fw.engine, WorkerOptions(concurrency=2, heartbeat_s=3600, lease_s=7200))
+        worker = Worker(fw.runtime, WorkerOptions(concurrency=2, heartbeat_s=3600, lease_s=7200))
         await worker.start()
         try:
             await settle()

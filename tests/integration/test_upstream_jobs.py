@@ -114,7 +114,7 @@ async def test_webhooks_with_a_fifth_of_callbacks_dropped_still_complete_everyth
             verify_signature(secret, request.headers, body, time.time())
         except WebhookSignatureError:
             return Response(status_code=401)
-        applied.append(await apply_callback(holder["fw"].engine, kind, json.loads(body)))
+        applied.append(await apply_callback(holder["fw"].runtime, kind, json.loads(body)))
         return Response(status_code=204)
 
     async with running_simulator(config) as sim, serve_app(receiver) as hooks:
@@ -171,7 +171,7 @@ async def test_webhook_and_poll_race_lands_exactly_one_terminal_write(db_url: st
                     if task is not None and task.terminal:
                         break
                     await asyncio.sleep(0.01)
-        by_callback[n] = await apply_callback(holder["fw"].engine, kind, payload)
+        by_callback[n] = await apply_callback(holder["fw"].runtime, kind, payload)
         return Response(status_code=204)
 
     async with running_simulator(config) as sim, serve_app(receiver) as hooks:
@@ -192,7 +192,7 @@ async def test_webhook_and_poll_race_lands_exactly_one_terminal_write(db_url: st
                 await fw.clock.sleep(0.01)
             events = [await fw.store.events(t.id) for t in tasks]
             late = {"id": done[0].upstream_ref, "status": "succeeded", "result": {"url": "late"}}
-            assert await apply_callback(fw.engine, "gen", late) is False  # already ended
+            assert await apply_callback(fw.runtime, "gen", late) is False  # already ended
     assert Counter(t.status for t in done) == {Status.SUCCEEDED: 30}
     assert not any(won for n, won in by_callback.items() if n % 2 == 0)  # polls won these
     assert any(won for n, won in by_callback.items() if n % 2 == 1)
@@ -251,7 +251,7 @@ async def test_invalid_output_of_an_async_job_is_poison_too(db_url: str) -> None
 async def _fallback_of(fw: Floodway, task_id: str) -> Task:
     # Submitted right after the poison write lands, so wait() may return just before it.
     for _ in range(500):
-        for task in await fw.list(TaskQuery(kind="backup")):
+        for task in await fw.list_tasks(TaskQuery(kind="backup")):
             if task.metadata.get("fallback_of") == task_id:
                 return task
         await fw.clock.sleep(0.01)
@@ -376,8 +376,8 @@ async def test_callback_for_an_unknown_job_or_a_running_one_changes_nothing(db_u
     kinds = {"gen": {"adapter": "simulated", "url": "http://127.0.0.1:9"}}
     async with floodway_with(db_url, kinds) as fw:
         running = {"id": "job-x", "status": "running"}
-        assert await apply_callback(fw.engine, "gen", running) is False
+        assert await apply_callback(fw.runtime, "gen", running) is False
         finished = {"id": "job-x", "status": "succeeded", "result": {}}
-        assert await apply_callback(fw.engine, "gen", finished, settle_wait_s=0) is False
+        assert await apply_callback(fw.runtime, "gen", finished, settle_wait_s=0) is False
         with pytest.raises(ValueError, match="job id"):
-            await apply_callback(fw.engine, "gen", {"status": "succeeded"})
+            await apply_callback(fw.runtime, "gen", {"status": "succeeded"})

@@ -12,7 +12,7 @@ from floodway.api.openapi import problems
 from floodway.api.problems import ApiProblem
 from floodway.api.schemas import BatchIn, BatchOut, BatchStatus
 from floodway.api.state import ApiState, api_state
-from floodway.api.submission import admit_submit, options, precheck
+from floodway.api.submission import admit_submit, precheck, request_of
 from floodway.core.states import TERMINAL, Status
 from floodway.core.task import new_id
 
@@ -53,11 +53,10 @@ async def submit_batch(
     now = fw.clock.now()
     batch_id = new_id(now, prefix="b")
     news = [
-        fw.engine.new_task(
-            item.kind,
-            item.input,
+        fw.runtime.new_task(
+            request_of(item, None if key is None else f"{key}:{i}"),
+            tenant=tenant,
             batch_id=batch_id,
-            **options(item, tenant, None if key is None else f"{key}:{i}"),
         )
         for i, item in enumerate(body.tasks)
     ]

@@ -19,11 +19,11 @@ from fastapi.responses import StreamingResponse
 from floodway.api.auth import Tenant
 from floodway.api.openapi import problems
 from floodway.api.routes.tasks import checked_id
-from floodway.api.schemas import timestamp
 from floodway.api.state import ApiState, api_state
 from floodway.app import Floodway
 from floodway.core.states import TERMINAL
 from floodway.store.base import TaskEvent
+from floodway.wire import timestamp
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
@@ -45,7 +45,7 @@ def format_event(event: TaskEvent) -> str:
 async def status_stream(
     fw: Floodway, task_id: str, after_seq: int, recheck_s: float
 ) -> AsyncIterator[str]:
-    hub = fw.engine.hub
+    hub = fw.runtime.hub
     changed = hub.watch(task_id)
     try:
         while True:

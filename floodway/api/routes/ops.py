@@ -54,8 +54,8 @@ async def stats(tenant: Tenant, state: State) -> StatsOut:
         retries=window.retries(),
         retrying=counts.by_status.get("retrying", 0),
         dead_letters=counts.by_status.get("dead", 0),
-        resources=await resource_snapshot(fw.engine),
-        upstream=fw.engine.upstream.as_dict(),
+        resources=await resource_snapshot(fw.runtime),
+        upstream=fw.runtime.upstream.as_dict(),
     )
 
 
@@ -69,9 +69,9 @@ async def metrics(state: State) -> Response:
     fw = state.fw
     body = state.metrics.render(
         await fw.store.stats(),
-        await resource_snapshot(fw.engine),
+        await resource_snapshot(fw.runtime),
         await state.recent.window(fw.store),
-        fw.engine.upstream.as_dict(),
+        fw.runtime.upstream.as_dict(),
     )
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
@@ -79,7 +79,7 @@ async def metrics(state: State) -> Response:
 @router.get("/healthz", response_model=HealthOut, summary="Liveness", responses=problems())
 async def healthz(state: State) -> HealthOut:
     try:
-        state.fw.engine  # noqa: B018 - raises while the ledger is not open
+        state.fw.runtime  # noqa: B018 - raises while the ledger is not open
     except RuntimeError:
         raise ApiProblem(503, "unavailable", "the ledger is not open") from None
     return HealthOut(status="ok", version=floodway.__version__)

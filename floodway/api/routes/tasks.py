@@ -10,13 +10,14 @@ from fastapi.responses import JSONResponse
 
 from floodway.api.auth import Tenant
 from floodway.api.openapi import problems
-from floodway.api.schemas import SubmitIn, SubmitOut, TaskOut, TaskPage, task_json, task_out
+from floodway.api.schemas import SubmitIn, SubmitOut, TaskPage
 from floodway.api.state import ApiState, api_state
-from floodway.api.submission import admit_submit, options, precheck
+from floodway.api.submission import admit_submit, precheck, request_of
 from floodway.core.errors import InvalidInput, TaskNotFound
 from floodway.core.states import Status
 from floodway.core.task import Lane
 from floodway.store.base import TaskQuery
+from floodway.wire import TaskOut, task_json, task_out
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
@@ -74,7 +75,7 @@ async def submit(
     fw = state.fw
     precheck(fw, body)
     await admit_submit(state, tenant)
-    submitted = await fw.submit_ex(body.kind, body.input, **options(body, tenant, key))
+    submitted = await fw.submit_request(request_of(body, key), tenant=tenant)
     return JSONResponse(
         task_json(submitted.task, reused=submitted.reused),
         status_code=200 if submitted.reused else 202,
@@ -98,7 +99,7 @@ async def list_tasks(
     query = TaskQuery(
         tenant=tenant, status=status, kind=kind, lane=lane, after_seq=after_seq, limit=limit + 1
     )
-    found = await state.fw.list(query)
+    found = await state.fw.list_tasks(query)
     page = found[:limit]
     more = len(found) > limit
     return TaskPage(

@@ -17,10 +17,11 @@ from fastapi import APIRouter, Depends, Request
 
 from floodway.api.openapi import problems
 from floodway.api.problems import ApiProblem
-from floodway.api.schemas import WebhookAck, valid_unicode
+from floodway.api.schemas import WebhookAck
 from floodway.api.state import ApiState, api_state
 from floodway.core.errors import UnknownKind
 from floodway.providers.webhook_in import WebhookSignatureError, apply_callback, verify_signature
+from floodway.wire import valid_unicode
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 
@@ -58,7 +59,7 @@ async def inbound_webhook(
         raise ApiProblem(401, "invalid-signature", str(exc)) from None
     payload = _payload(body)
     try:
-        applied = await apply_callback(fw.engine, kind, payload)
+        applied = await apply_callback(fw.runtime, kind, payload)
     except UnknownKind:
         raise ApiProblem(404, "unknown-webhook", f"no kind {kind[:200]!r} takes webhooks") from None
     except ValueError as exc:

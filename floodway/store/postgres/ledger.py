@@ -125,7 +125,7 @@ async def submit_many(
 
 def _merged_params(task_id: str, new: NewTask, now: float) -> dict[str, Any]:
     params = insert_params(task_id, new, now)
-    if new.idempotency_key is not None:
+    if new.request_key is not None:
         params.update(request_hash=new.request_hash, key_expires_at=now + new.key_ttl_s)
     return params
 
@@ -147,7 +147,7 @@ def _finite(value: Any) -> Any:
 async def submit_one(conn: Conn, new: NewTask, now: float) -> Submitted:
     task_id = new_id(now)
     key_state: KeyState | None = None
-    if new.idempotency_key is not None:
+    if new.request_key is not None:
         found = await _reserve_key(conn, new, task_id, now)
         if isinstance(found, Submitted):
             return found
@@ -168,7 +168,7 @@ async def submit_one(conn: Conn, new: NewTask, now: float) -> Submitted:
 def _key_params(new: NewTask, task_id: str, now: float) -> dict[str, Any]:
     return {
         "tenant": new.tenant,
-        "key": new.idempotency_key,
+        "key": new.request_key,
         "task_id": task_id,
         "request_hash": new.request_hash,
         "expires_at": now + new.key_ttl_s,
@@ -181,16 +181,14 @@ async def _reserve_key(conn: Conn, new: NewTask, task_id: str, now: float) -> Su
     while True:
         if await run(conn, "reserve_request_key", _key_params(new, task_id, now)) == 1:
             return "reserved"
-        hit = await one(
-            conn, "lock_request_key", {"tenant": new.tenant, "key": new.idempotency_key}
-        )
+        hit = await one(conn, "lock_request_key", {"tenant": new.tenant, "key": new.request_key})
         if hit is not None:
             break
         # The row was purged between the two statements: try to reserve it again.
     if hit["expires_at"] < now:
         return "expired"
     if hit["request_hash"] != new.request_hash:
-        raise IdempotencyConflict(str(new.idempotency_key), hit["task_id"])
+        raise IdempotencyConflict(str(new.request_key), hit["task_id"])
     return Submitted(await load(conn, hit["task_id"]), reused=True)
 
 

@@ -445,13 +445,13 @@ def _load(c: sqlite3.Connection, task_id: str) -> Task:
 
 
 def _submit_one(c: sqlite3.Connection, new: NewTask, now: float) -> Submitted:
-    if new.idempotency_key is not None:
+    if new.request_key is not None:
         hit = c.execute(
-            Q["get_request_key"], {"tenant": new.tenant, "key": new.idempotency_key}
+            Q["get_request_key"], {"tenant": new.tenant, "key": new.request_key}
         ).fetchone()
         if hit is not None and hit["expires_at"] >= now:
             if hit["request_hash"] != new.request_hash:
-                raise IdempotencyConflict(new.idempotency_key, hit["task_id"])
+                raise IdempotencyConflict(new.request_key, hit["task_id"])
             return Submitted(_load(c, hit["task_id"]), reused=True)
     if new.lane is Lane.INTERACTIVE and new.interactive_depth > 0:
         depth = c.execute(Q["count_interactive"], {"tenant": new.tenant}).fetchone()[0]
@@ -468,12 +468,12 @@ def _submit_one(c: sqlite3.Connection, new: NewTask, now: float) -> Submitted:
     task = task_from_row(row)
     if new.fingerprint is not None:
         task = _claim_work(c, task, new.fingerprint, now)
-    if new.idempotency_key is not None:
+    if new.request_key is not None:
         c.execute(
             Q["put_request_key"],
             {
                 "tenant": new.tenant,
-                "key": new.idempotency_key,
+                "key": new.request_key,
                 "task_id": task.id,
                 "request_hash": new.request_hash,
                 "expires_at": now + new.key_ttl_s,

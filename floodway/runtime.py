@@ -14,7 +14,7 @@ from floodway.clock import Clock
 from floodway.core.errors import InvalidInput
 from floodway.core.outcome import Applied, Cancelled, Completion, Failed, Outcome
 from floodway.core.states import Status
-from floodway.core.task import Lane, NewTask, Task, fingerprint, request_hash
+from floodway.core.task import Lane, NewTask, SubmitRequest, Task, request_hash
 from floodway.kinds import KindRegistry
 from floodway.limits.base import Admission
 from floodway.retry import RetryPolicy
@@ -103,7 +103,7 @@ class UpstreamCounts:
 
 
 @dataclass
-class Engine:
+class Runtime:
     store: Store
     kinds: KindRegistry
     clock: Clock
@@ -117,55 +117,44 @@ class Engine:
     key_ttl_s: float = 24 * 3600
 
     def new_task(
-        self,
-        kind: str,
-        value: object,
-        *,
-        tenant: str = "default",
-        lane: str = "background",
-        key: str | None = None,
-        max_attempts: int | None = None,
-        deadline_s: float | None = None,
-        metadata: dict[str, object] | None = None,
-        callback_url: str | None = None,
-        batch_id: str | None = None,
+        self, request: SubmitRequest, *, tenant: str = "default", batch_id: str | None = None
     ) -> NewTask:
         """Validate a submit and turn it into what the store inserts (raises on bad input)."""
-        spec = self.kinds.get(kind)
+        spec = self.kinds.get(request.kind)
+        value = request.input
         check_input(value)
         try:
-            lane_value = Lane(lane)
+            lane = Lane(request.lane)
         except ValueError:
             raise InvalidInput(
-                f"lane must be 'interactive' or 'background', not {lane!r}"
+                f"lane must be 'interactive' or 'background', not {request.lane!r}"
             ) from None
         cost = spec.estimate(value)
         self.check_fits(spec.resource, cost)
-        attempts = spec.max_attempts if max_attempts is None else max_attempts
+        attempts = spec.max_attempts if request.max_attempts is None else request.max_attempts
         if attempts < 1:
             raise InvalidInput("max_attempts must be at least 1")
-        deadline = spec.deadline_s if deadline_s is None else deadline_s
+        deadline = spec.deadline_s if request.deadline_s is None else request.deadline_s
         if deadline is not None and deadline <= 0:
             raise InvalidInput("deadline_s must be positive")
+        key = request.key
         return NewTask(
-            kind=kind,
+            kind=request.kind,
             input=value,
             tenant=tenant,
-            lane=lane_value,
+            lane=lane,
             max_attempts=attempts,
             deadline_s=deadline,
-            idempotency_key=key,
+            request_key=key,
             key_ttl_s=self.key_ttl_s,
-            fingerprint=fingerprint(kind, spec.version, value) if spec.dedupe else None,
+            fingerprint=spec.work_print(value, tenant),
             cost_estimated=cost,
-            metadata=metadata or {},
-            callback_url=callback_url,
+            metadata=dict(request.metadata or {}),
+            callback_url=request.callback_url,
             batch_id=batch_id,
             interactive_depth=self.interactive_depth,
             # Compared only when a request key matches: a submit without one skips the hash.
-            request_hash=""
-            if key is None
-            else request_hash(kind, value, lane, max_attempts, deadline_s, metadata, callback_url),
+            request_hash="" if key is None else request_hash(request),
         )
 
     def check_fits(self, resource: str | None, cost: float) -> None:
@@ -182,13 +171,13 @@ class Engine:
         if item.to is Status.FAILED and item.error is not None and item.error.cls.value == "poison":
             spec = self.kinds.get(task.kind)
             if spec.fallback is not None:
-                new = self.new_task(
+                request = SubmitRequest(
                     spec.fallback,
                     task.input,
-                    tenant=task.tenant,
-                    lane=task.lane.value,
+                    lane=task.lane,
                     metadata={**task.metadata, "fallback_of": task.id},
                 )
+                new = self.new_task(request, tenant=task.tenant)
                 await self.store.submit([new], self.clock.now())
 
     async def alert(self, task: Task, item: Completion) -> None:
