@@ -14,12 +14,15 @@ from floodway.core.errors import (
     IllegalTransition,
     InvalidInput,
     InvalidOutput,
+    LimiterUnavailable,
     RetryableError,
     StoreError,
     TaskNotFound,
+    Unavailable,
     UnknownKind,
     WaitTimeout,
 )
+from floodway.core.outcome import Parked
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Lane, SubmitRequest, Submitted, Task
 
@@ -41,6 +44,8 @@ __all__ = [
     "InvalidInput",
     "InvalidOutput",
     "Lane",
+    "LimiterUnavailable",
+    "Parked",
     "RetryableError",
     "Settings",
     "Status",
@@ -49,6 +54,7 @@ __all__ = [
     "Submitted",
     "Task",
     "TaskNotFound",
+    "Unavailable",
     "UnknownKind",
     "WaitTimeout",
     "__version__",

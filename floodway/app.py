@@ -13,8 +13,19 @@ from floodway.clock import Clock, SystemClock, wait_event
 from floodway.config import KindConfig, Settings, load_settings
 from floodway.core.errors import ConfigError, TaskNotFound, WaitTimeout
 from floodway.core.task import SubmitRequest, Submitted, Task
+from floodway.core.upstream import PollSchedule
 from floodway.fleet import watch_local_limits
-from floodway.kinds import CostFn, Handler, KindRegistry, KindSpec, Lookup, Poll, Share
+from floodway.kinds import (
+    DEFAULTS,
+    CostFn,
+    FunctionPoller,
+    Handler,
+    KindRegistry,
+    KindSpec,
+    Lookup,
+    Poll,
+    Share,
+)
 from floodway.limits.base import Admission
 from floodway.maintenance.loop import Maintenance
 from floodway.providers.registry import aclose_kinds
@@ -52,7 +63,7 @@ class Floodway:
         self._policy = policy or RetryPolicy()
         self._admission = admission
         self._alert_hooks: list[AlertHook] = [on_dead] if on_dead else []
-        self._engine: Runtime | None = None
+        self._runtime: Runtime | None = None
         self._open_lock: asyncio.Lock | None = None
         self._workers: list[Worker] = []
 
@@ -62,20 +73,26 @@ class Floodway:
         name: str,
         *,
         resource: str | None = None,
-        max_attempts: int = 4,
-        deadline_s: float | None = 900.0,
-        timeout_s: float | None = None,
+        max_attempts: int = DEFAULTS.max_attempts,
+        deadline_s: float | None = DEFAULTS.deadline,
+        timeout_s: float | None = DEFAULTS.timeout,
         cost: CostFn | None = None,
-        version: str = "1",
-        dedupe: bool = True,
-        share: Share = "tenant",
+        version: str = DEFAULTS.version,
+        dedupe: bool = DEFAULTS.dedupe,
+        share: Share = DEFAULTS.share,
         fallback: str | None = None,
         output_schema: dict[str, Any] | None = None,
         idempotent: bool = False,
         lookup: Lookup | None = None,
         poll: Poll | None = None,
+        poll_after_s: float = DEFAULTS.poll_after,
+        poll_max_attempts: int = DEFAULTS.poll_max_attempts,
     ) -> Callable[[Handler], Handler]:
-        """Declare a kind whose tasks run the decorated ``async def handler(ctx, input)``."""
+        """Declare a kind whose tasks run the decorated ``async def handler(ctx, input)``.
+
+        ``poll``: for a handler that starts upstream jobs and returns
+        :class:`~floodway.core.outcome.Parked`, the function that looks at one job;
+        the first look comes ``poll_after_s`` after the job started."""
 
         def register(handler: Handler) -> Handler:
             if (
@@ -100,7 +117,10 @@ class Floodway:
                     output_schema=output_schema,
                     idempotent=idempotent,
                     lookup=lookup,
-                    poll=poll,
+                    poll=None
+                    if poll is None
+                    else FunctionPoller(poll, PollSchedule(first_s=poll_after_s)),
+                    poll_max_attempts=poll_max_attempts,
                 )
             )
             return handler
@@ -113,16 +133,16 @@ class Floodway:
     def on_dead(self, hook: AlertHook) -> AlertHook:
         """Register a callable run when a task becomes a dead letter."""
         self._alert_hooks.append(hook)
-        if self._engine is not None:
-            self._engine.alert_hooks.append(hook)
+        if self._runtime is not None:
+            self._runtime.alert_hooks.append(hook)
         return hook
 
     # -- lifecycle -------------------------------------------------------------------------------
     @property
     def runtime(self) -> Runtime:
-        if self._engine is None:
+        if self._runtime is None:
             raise RuntimeError("Floodway is not open: use 'async with fw' or await fw.open()")
-        return self._engine
+        return self._runtime
 
     @property
     def store(self) -> Store:
@@ -132,7 +152,7 @@ class Floodway:
         if self._open_lock is None:
             self._open_lock = asyncio.Lock()
         async with self._open_lock:
-            if self._engine is not None:
+            if self._runtime is not None:
                 return self
             self._load_config_kinds()
             self.kinds.check_fallbacks()
@@ -150,19 +170,17 @@ class Floodway:
                 key_ttl_s=self.settings.retention.keys,
             )
             store.add_listener(runtime.hub.on_changes)
-            self._engine = runtime
+            self._runtime = runtime
         return self
 
     async def close(self) -> None:
         for worker in list(self._workers):
             await worker.stop(0)
-        if self._engine is not None:
+        if self._runtime is not None:
             await aclose_kinds(self.kinds)  # the adapters' pooled HTTP clients
-            closer = getattr(self._engine.admission, "aclose", None)
-            if closer is not None:
-                await closer()
-            await self._engine.store.close()
-            self._engine = None
+            await self._runtime.admission.aclose()
+            await self._runtime.store.close()
+            self._runtime = None
 
     async def __aenter__(self) -> Floodway:
         return await self.open()
@@ -173,7 +191,7 @@ class Floodway:
     def _load_config_kinds(self) -> None:
         for name, cfg in self.settings.kinds.items():
             if name not in self.kinds:
-                self.kinds.add(build_kind(name, cfg, self.settings))
+                self.kinds.add(build_kind(name, cfg))
 
     def _build_admission(self) -> Admission:
         from floodway.limits.factory import build_admission
@@ -326,7 +344,7 @@ class Floodway:
         return Maintenance(self.runtime, results_s=r.results, rows_s=r.rows, keys_s=r.keys)
 
 
-def build_kind(name: str, cfg: KindConfig, settings: Settings) -> KindSpec:
+def build_kind(name: str, cfg: KindConfig) -> KindSpec:
     """A kind declared in the config file."""
     if cfg.adapter == "python":
         if not cfg.handler or ":" not in cfg.handler:
@@ -351,4 +369,4 @@ def build_kind(name: str, cfg: KindConfig, settings: Settings) -> KindSpec:
         )
     from floodway.providers.registry import build_provider_kind
 
-    return build_provider_kind(name, cfg, settings)
+    return build_provider_kind(name, cfg)

@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 import httpx
 
+from floodway.core.backoff import Backoff
 from floodway.core.errors import (
     AdmissionRefused,
     FloodwayError,
@@ -39,7 +40,6 @@ from floodway.core.errors import (
 )
 from floodway.core.states import Status
 from floodway.core.task import SubmitRequest, Submitted, Task
-from floodway.retry import Backoff
 from floodway.wire import epoch, submit_body, task_from_json
 
 __all__ = ["ApiError", "BatchProgress", "BatchSubmitted", "Client", "Page", "StatusEvent"]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
 
+from floodway.clock import Clock
 from floodway.core.task import Task
 
-if TYPE_CHECKING:
-    from floodway.clock import Clock
-    from floodway.store.base import Store
+#: Record an upstream job id durably for this attempt; False when the attempt lost its lease.
+RecordRef = Callable[[str], Awaitable[bool]]
 
 
 class Context:
@@ -19,11 +19,11 @@ class Context:
     the provider's Idempotency-Key so it never bills the same work twice.
     """
 
-    def __init__(self, task: Task, store: Store, clock: Clock) -> None:
+    def __init__(self, task: Task, clock: Clock, record_ref: RecordRef) -> None:
         self.task = task
         self.cancelled = asyncio.Event()
-        self._store = store
         self._clock = clock
+        self._record_ref = record_ref
         self.usage: float | None = None
         self.upstream_ref: str | None = task.upstream_ref
         self.response_headers: dict[str, str] = {}
@@ -61,10 +61,7 @@ class Context:
     async def set_upstream_ref(self, ref: str) -> None:
         """Record the upstream job id durably before waiting on it, so recovery can resume
         the job instead of paying for it again."""
-        assert self.task.lease_token is not None
-        if not await self._store.set_upstream_ref(
-            self.task.id, self.task.lease_token, ref, self._clock.now()
-        ):
+        if not await self._record_ref(ref):
             self.cancelled.set()  # we lost the lease: stop working for nobody
             raise asyncio.CancelledError("lease lost")
         self.upstream_ref = ref

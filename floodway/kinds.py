@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
+from floodway.config import KindConfig
+from floodway.context import Context
 from floodway.core.errors import ConfigError, UnknownKind
 from floodway.core.task import GLOBAL_SCOPE, JSON, fingerprint, tenant_scope
+from floodway.core.upstream import JobView, PollSchedule
 
-if TYPE_CHECKING:
-    from floodway.context import Context
+#: The defaults of a kind, whether declared in Python or in a config file: one home.
+DEFAULTS = KindConfig()
 
 Handler = Callable[["Context", Any], Awaitable[JSON]]
 CostFn = Callable[[Any], float]
@@ -24,26 +27,89 @@ Poll = Callable[["Context", str], Awaitable[tuple[str, JSON]]]
 Share = Literal["tenant", "global"]
 
 
+class JobPoller(Protocol):
+    """How a kind follows the upstream jobs its handler starts (see
+    :class:`~floodway.core.outcome.Parked`): when to look, how to look, how to stop one, and
+    how to read the provider's callback about one."""
+
+    @property
+    def schedule(self) -> PollSchedule: ...
+
+    async def poll(self, ctx: Context, ref: str) -> tuple[str, JSON]:
+        """One look: ("done", result) | ("failed", message) | ("running", None). Raise
+        :class:`~floodway.core.errors.RetryableError` when the *poll* failed (the job may be
+        fine), :class:`~floodway.core.errors.FatalError` when the job failed for good."""
+        ...
+
+    async def cancel(self, ctx: Context, ref: str) -> bool:
+        """Ask the provider to stop the job; True if it agreed. Never raises."""
+        ...
+
+    def read_callback(self, body: JSON) -> tuple[str | None, JobView]:
+        """The job id a callback body is about (None: it names none) and what it says."""
+        ...
+
+
+@dataclass(frozen=True)
+class FunctionPoller:
+    """The :class:`JobPoller` of a kind declared in Python with ``poll=``: the function polls,
+    nothing cancels, and callbacks are read in the common shape
+    (``{"id", "status", "result" | "error"}``)."""
+
+    function: Poll
+    schedule: PollSchedule
+
+    async def poll(self, ctx: Context, ref: str) -> tuple[str, JSON]:
+        return await self.function(ctx, ref)
+
+    async def cancel(self, ctx: Context, ref: str) -> bool:
+        return False
+
+    def read_callback(self, body: JSON) -> tuple[str | None, JobView]:
+        return read_callback(body)
+
+
+def read_callback(body: JSON) -> tuple[str | None, JobView]:
+    """A callback in the common shape (``{"id", "status", "result" | "error"}``): the job id
+    it names and what it says. Kinds without an adapter of their own read callbacks so."""
+    if not isinstance(body, dict):
+        return None, JobView("running")
+    ref = body.get("id")
+    status = str(body.get("status", ""))
+    if status in DEFAULTS.done_values:
+        view = JobView("done", body.get("result", body))
+    elif status in DEFAULTS.failed_values:
+        error = body.get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+        view = JobView("failed", message=str(message or f"the job ended {status}"))
+    else:
+        view = JobView("running")
+    return (None if ref in (None, "") else str(ref)), view
+
+
 @dataclass(frozen=True)
 class KindSpec:
     name: str
     handler: Handler
     resource: str | None = None
-    max_attempts: int = 4
-    deadline_s: float | None = 900.0
-    timeout_s: float | None = None
+    max_attempts: int = DEFAULTS.max_attempts
+    deadline_s: float | None = DEFAULTS.deadline
+    #: how long one call may take; it also bounds how long a call whose worker died may still
+    #: be running at the provider (its slot and its work are held that long)
+    timeout_s: float | None = DEFAULTS.timeout
     cost: CostFn | None = None
-    version: str = "1"
-    dedupe: bool = True
-    share: Share = "tenant"
+    version: str = DEFAULTS.version
+    dedupe: bool = DEFAULTS.dedupe
+    share: Share = DEFAULTS.share
     fallback: str | None = None
     output_schema: dict[str, Any] | None = None
     #: the provider honours the Idempotency-Key: resubmitting after a crash cannot charge twice
     idempotent: bool = False
     lookup: Lookup | None = None
-    poll: Poll | None = None
-    poll_after_s: float = 1.0
-    poll_max_attempts: int = 30
+    poll: JobPoller | None = None
+    poll_max_attempts: int = DEFAULTS.poll_max_attempts
+    #: closes what the handler holds (an adapter's pooled HTTP client) when floodway closes
+    close: Callable[[], Awaitable[None]] | None = None
 
     def work_print(self, value: JSON, tenant: str) -> str | None:
         """The fingerprint of this work for ``tenant`` (None: the kind does not dedupe)."""

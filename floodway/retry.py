@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from floodway.core.backoff import Backoff
 from floodway.core.errors import FatalError, HandlerError, InvalidOutput, RetryableError
 from floodway.core.outcome import (
     Cancelled,
@@ -26,17 +27,6 @@ from floodway.core.outcome import (
 )
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task
-
-
-@dataclass(frozen=True)
-class Backoff:
-    base_s: float = 1.0
-    cap_s: float = 60.0
-
-    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
-        """Full jitter: uniform over [0, min(cap, base * 2^(attempt-1))]."""
-        ceiling = min(self.cap_s, self.base_s * (2 ** max(0, attempt - 1)))
-        return (rng or random).uniform(0.0, ceiling)
 
 
 @dataclass(frozen=True)

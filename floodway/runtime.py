@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from floodway.clock import Clock
+from floodway.context import Context
 from floodway.core.errors import InvalidInput
 from floodway.core.outcome import Applied, Cancelled, Completion, Failed, Outcome
 from floodway.core.states import Status
@@ -157,10 +158,19 @@ class Runtime:
             request_hash="" if key is None else request_hash(request),
         )
 
+    def context(self, task: Task) -> Context:
+        """The handler's view of one attempt of ``task`` (claimed: it holds the lease)."""
+        token = task.lease_token
+
+        async def record_ref(ref: str) -> bool:
+            if token is None:
+                return False
+            return await self.store.set_upstream_ref(task.id, token, ref, self.clock.now())
+
+        return Context(task, self.clock, record_ref)
+
     def check_fits(self, resource: str | None, cost: float) -> None:
-        check = getattr(self.admission, "check_fits", None)
-        if resource is not None and check is not None:
-            check(resource, cost)
+        self.admission.check_fits(resource, cost)
 
     async def after_completion(self, task: Task, item: Completion, applied: Applied) -> None:
         """Effects that follow a landed write: alerts for dead letters, poison fallbacks."""

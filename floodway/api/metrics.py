@@ -4,7 +4,6 @@ apps in one process, as in tests, do not collide)."""
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -128,19 +127,8 @@ class ApiMetrics:
 
 async def resource_snapshot(runtime: Runtime) -> dict[str, dict[str, Any]]:
     """The limiter's per-resource state, when the admission in use can report one."""
-    snapshot = getattr(runtime.admission, "snapshot", None)
-    if snapshot is None:
-        return {}
-    value = snapshot()
-    if inspect.isawaitable(value):
-        value = await value
-    out: dict[str, dict[str, Any]] = {}
-    for name, snap in dict(value).items():
-        if dataclasses.is_dataclass(snap) and not isinstance(snap, type):
-            out[str(name)] = _finite(dataclasses.asdict(snap))
-        elif isinstance(snap, Mapping):
-            out[str(name)] = _finite(dict(snap))
-    return out
+    snapshots = await runtime.admission.snapshot()
+    return {name: _finite(dataclasses.asdict(snap)) for name, snap in snapshots.items()}
 
 
 def _finite(data: dict[str, Any]) -> dict[str, Any]:

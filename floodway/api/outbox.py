@@ -30,10 +30,10 @@ import httpx
 
 import floodway
 from floodway.api.auth import signing_secret
-from floodway.api.signing import signed_headers
 from floodway.app import Floodway
+from floodway.core.backoff import Backoff
 from floodway.core.task import Task, new_token
-from floodway.retry import Backoff
+from floodway.signing import signed_headers
 from floodway.wire import task_json
 
 log = logging.getLogger("floodway.webhooks")

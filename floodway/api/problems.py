@@ -31,11 +31,11 @@ from floodway.core.errors import (
     IdempotencyConflict,
     IllegalTransition,
     InvalidInput,
-    StoreError,
+    LimiterUnavailable,
     TaskNotFound,
+    Unavailable,
     UnknownKind,
 )
-from floodway.limits.backend import LimiterUnavailable
 
 log = logging.getLogger("floodway.api")
 
@@ -178,17 +178,13 @@ def from_floodway_error(exc: FloodwayError, instance: str | None = None) -> JSON
             limit=exc.limit,
             retry_after=exc.retry_after,
         )
-    if isinstance(exc, StoreError):  # the ledger, or the limiter's Redis (a StoreError too)
-        slug, what = (
-            ("limiter-unavailable", "the shared limiter (Redis)")
-            if isinstance(exc, LimiterUnavailable)
-            else ("store-unavailable", "the task ledger")
-        )
+    if isinstance(exc, Unavailable):  # an outage: the same request later may succeed
+        slug = "limiter-unavailable" if isinstance(exc, LimiterUnavailable) else "store-unavailable"
         log.error("%s: %s", slug, exc)
         return problem_response(
             503,
             slug,
-            f"{what} is unavailable; try again shortly",
+            f"{exc.what} is unavailable; try again shortly",
             instance=instance,
             headers={"Retry-After": "1"},
         )

@@ -4,7 +4,9 @@
 
     FloodwayError
     ├── ConfigError              bad configuration (names the key and the file)
-    ├── StoreError               the database cannot be opened or used
+    ├── Unavailable              a service floodway depends on cannot be reached: try again
+    │   ├── StoreError           the ledger's database cannot be opened or used
+    │   └── LimiterUnavailable   the shared limiter (Redis) cannot be reached
     ├── IllegalTransition        a status change that the states table forbids
     ├── TaskNotFound             no such task (or not the caller's tenant)
     ├── UnknownKind              a kind nobody declared
@@ -29,8 +31,25 @@ class ConfigError(FloodwayError):
     pass
 
 
-class StoreError(FloodwayError):
-    pass
+class Unavailable(FloodwayError):
+    """A service floodway depends on cannot be reached now. Nothing was changed by the call
+    that raised it; the same call later may succeed (an HTTP API answers 503 + Retry-After)."""
+
+    #: what is down, for messages: "the task ledger", "the shared limiter (Redis)"
+    what = "a service floodway depends on"
+
+
+class StoreError(Unavailable):
+    what = "the task ledger"
+
+
+class LimiterUnavailable(Unavailable):
+    """The shared limiter state cannot be reached (Redis down, timed out, failing over).
+
+    The dispatcher fails closed on it: it admits nothing until the backend answers again, so a
+    limit is never exceeded because its state was out of reach."""
+
+    what = "the shared limiter (Redis)"
 
 
 class IllegalTransition(FloodwayError):

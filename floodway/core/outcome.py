@@ -33,14 +33,18 @@ class Cancelled:
 
 
 @dataclass(frozen=True)
-class WaitingUpstream:
-    """The handler submitted an upstream job and asks to be woken for a poll at ``poll_at``."""
+class Parked:
+    """The handler started upstream job ``ref`` and asks to be woken for a poll at ``poll_at``.
 
-    upstream_ref: str
+    A handler returns it (``return floodway.Parked(job_id, poll_at)``) instead of waiting: the
+    task stays ``running`` on a durable timer, without a worker, and the kind's poller (or the
+    provider's callback) finishes it. Its provider slot stays held meanwhile."""
+
+    ref: str
     poll_at: float
 
 
-Outcome = Succeeded | Failed | Cancelled | WaitingUpstream
+Outcome = Succeeded | Failed | Cancelled | Parked
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,20 @@ class Submitted:
     reused: bool = False  # the request key matched an existing task
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A ready task as admission control sees it (no input, no result: cheap to list)."""
+
+    task_id: str
+    kind: str
+    tenant: str
+    lane: Lane
+    cost: float
+    seq: int
+    created_at: float
+    deadline_at: float | None
+
+
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 

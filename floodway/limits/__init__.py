@@ -1,21 +1,23 @@
 """Admission control: provider quotas and tenant limits, checked before a task is claimed."""
 
-from floodway.limits.admission import (
-    AdmissionTuning,
-    BucketSnapshot,
-    LimitsAdmission,
-    ResourceSnapshot,
-)
+from floodway.core.errors import LimiterUnavailable
+from floodway.limits.admission import AdmissionTuning, LimitsAdmission
 from floodway.limits.backend import (
     AcquireRequest,
     AcquireResult,
     Bucket,
     Debit,
     LimiterBackend,
-    LimiterUnavailable,
     SlotClaim,
 )
-from floodway.limits.base import Admission, NoLimits, Permit, Settlement
+from floodway.limits.base import (
+    Admission,
+    BucketSnapshot,
+    NoLimits,
+    Permit,
+    ResourceSnapshot,
+    Settlement,
+)
 from floodway.limits.local import LocalLimiterBackend
 from floodway.limits.plan import CostTooLarge
 from floodway.limits.redis_backend import RedisLimiterBackend

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 from floodway.clock import Clock
 from floodway.config import ResourceConfig, TenantConfig
-from floodway.core.errors import InvalidInput
-from floodway.core.task import Lane
+from floodway.core.errors import InvalidInput, LimiterUnavailable
+from floodway.core.task import Candidate, Lane
 from floodway.limits import order
 from floodway.limits.backend import (
     RECOVERING,
@@ -38,13 +38,11 @@ from floodway.limits.backend import (
     AcquireResult,
     Debit,
     LimiterBackend,
-    LimiterUnavailable,
     SlotClaim,
 )
-from floodway.limits.base import Permit, Settlement
+from floodway.limits.base import BucketSnapshot, Permit, ResourceSnapshot, Settlement
 from floodway.limits.headers import exhausted_pause, read_remaining
 from floodway.limits.plan import BucketPlan, ResourcePlan, tenant_slot_key
-from floodway.store.base import Candidate
 
 log = logging.getLogger(__name__)
 
@@ -81,28 +79,6 @@ class AdmissionTuning:
     recovery_window_s: float = 1.0  # at most one increase per window of successes
     throttle_pause_s: float = 1.0  # pause after a 429 that named no Retry-After
     max_tenants: int = 4096  # tenants remembered for round-robin order
-
-
-@dataclass(frozen=True)
-class BucketSnapshot:
-    capacity: float
-    level: float
-    refill_per_s: float  # adaptive factor applied
-
-
-@dataclass(frozen=True)
-class ResourceSnapshot:
-    """A resource's state for metrics. Counters are this process's own."""
-
-    concurrency: int  # in-flight cap now (headroom and adaptive factor applied); 0 = none
-    in_flight: int
-    requests: BucketSnapshot | None
-    tokens: BucketSnapshot | None
-    rate_factor: float
-    paused_for: float  # seconds until the resource admits again after a pause
-    throttled_s: float  # seconds of pause this process imposed (Retry-After, exhausted headers)
-    throttles: int  # 429s this process saw
-    next_admission_in: float | None = None
 
 
 @dataclass

@@ -30,17 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from floodway.core.errors import StoreError
-
 #: The key a refusal names while the backend recovers from a loss of its state.
 RECOVERING = "recovering"
-
-
-class LimiterUnavailable(StoreError):
-    """The shared limiter state cannot be reached (Redis down, timed out, failing over).
-
-    The dispatcher fails closed on it: it admits nothing until the backend answers again, so a
-    limit is never exceeded because its state was out of reach."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from floodway.store.base import Candidate
+from floodway.core.task import Candidate
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,28 @@ class Settlement:
     retry_after: float | None = None
     headers: Mapping[str, str] = field(default_factory=dict)  # x-ratelimit-* and friends
     keep_slot: bool = False  # an upstream job still runs: keep the concurrency slot
+
+
+@dataclass(frozen=True)
+class BucketSnapshot:
+    capacity: float
+    level: float
+    refill_per_s: float  # adaptive factor applied
+
+
+@dataclass(frozen=True)
+class ResourceSnapshot:
+    """A resource's state for metrics. Counters are this process's own."""
+
+    concurrency: int  # in-flight cap now (headroom and adaptive factor applied); 0 = none
+    in_flight: int
+    requests: BucketSnapshot | None
+    tokens: BucketSnapshot | None
+    rate_factor: float
+    paused_for: float  # seconds until the resource admits again after a pause
+    throttled_s: float  # seconds of pause this process imposed (Retry-After, exhausted headers)
+    throttles: int  # 429s this process saw
+    next_admission_in: float | None = None
 
 
 class Admission(Protocol):
@@ -81,6 +103,19 @@ class Admission(Protocol):
         """False when nothing is limited: the dispatcher may claim without listing first."""
         ...
 
+    def check_fits(self, resource: str | None, cost: float) -> None:
+        """Refuse (:class:`~floodway.limits.plan.CostTooLarge`) at submit a task that no bucket
+        of its resource could ever admit: it would wait forever."""
+        ...
+
+    async def snapshot(self) -> dict[str, ResourceSnapshot]:
+        """Each resource's limits and state now, for stats and metrics."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the limits hold (a Redis connection pool)."""
+        ...
+
 
 class NoLimits:
     """Admits everything: the embedded default when no resource or tenant limit is set."""
@@ -113,3 +148,12 @@ class NoLimits:
 
     async def saturated(self, kinds: Sequence[str]) -> bool:
         return False
+
+    def check_fits(self, resource: str | None, cost: float) -> None:
+        return None
+
+    async def snapshot(self) -> dict[str, ResourceSnapshot]:
+        return {}
+
+    async def aclose(self) -> None:
+        return None

@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 
-from floodway.core.task import Lane
-from floodway.store.base import Candidate
+from floodway.core.task import Candidate, Lane
 
 
 def effective_cost(candidate: Candidate, now: float, aging_s: float) -> float:

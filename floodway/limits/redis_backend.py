@@ -23,13 +23,13 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from floodway.core.errors import LimiterUnavailable
 from floodway.limits import redis_scripts as lua
 from floodway.limits.backend import (
     RECOVERING,
     AcquireRequest,
     AcquireResult,
     Bucket,
-    LimiterUnavailable,
 )
 
 T = TypeVar("T")

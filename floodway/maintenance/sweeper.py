@@ -13,7 +13,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from floodway.context import Context
 from floodway.core.outcome import Completion, Failed, from_running
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task
@@ -82,7 +81,7 @@ class Sweeper:
             )
         if spec.lookup is not None:
             try:
-                found = await spec.lookup(Context(task, runtime.store, runtime.clock))
+                found = await spec.lookup(runtime.context(task))
             except Exception as exc:
                 log.warning("lookup of %s failed: %s; retrying later", task.id, exc)
                 return None

@@ -8,42 +8,24 @@ reports the provider's usage with ``ctx.report_usage`` and copies rate-limit hea
 ``ctx.response_headers``.
 
 Waiting on an async job is a durable timer, not a sleeping handler: once the job id is recorded
-(``ctx.set_upstream_ref``) the handler raises :class:`ParkUpstream`; the worker parks the task
-(still ``running``, no lease, no worker slot) and :mod:`floodway.worker.upstream` polls it when it
-is due, following the kind's :class:`PollSchedule`.
+(``ctx.set_upstream_ref``) the handler returns :class:`~floodway.core.outcome.Parked`; the worker
+parks the task (still ``running``, no lease, no worker slot) and :mod:`floodway.worker.upstream`
+polls it when it is due, following the kind's :class:`~floodway.core.upstream.PollSchedule`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Protocol
 
 import httpx
 
+from floodway.context import Context
+from floodway.core.outcome import Parked
 from floodway.core.task import JSON
-from floodway.retry import Backoff
-
-if TYPE_CHECKING:
-    from floodway.context import Context
-
-JobState = Literal["done", "failed", "running"]
-
-
-class ParkUpstream(BaseException):
-    """Raised by a handler whose upstream job is still running: "wake me for a poll at
-    ``poll_at``". The worker parks the task instead of holding a slot while the provider works.
-
-    A :class:`BaseException` on purpose: a handler's own ``except Exception`` must not swallow
-    it, and the executor passes it through to the worker untouched (as it does cancellation).
-    """
-
-    def __init__(self, ref: str, poll_at: float) -> None:
-        super().__init__(ref, poll_at)
-        self.ref = ref
-        self.poll_at = poll_at
+from floodway.core.upstream import JobView, PollSchedule
 
 
 @dataclass(frozen=True)
@@ -61,53 +43,6 @@ class Accepted:
 
 
 Submission = Finished | Accepted
-
-
-@dataclass(frozen=True)
-class JobView:
-    """A provider's description of one job (a poll answer or a callback body)."""
-
-    state: JobState
-    result: JSON = None
-    message: str = ""  # why it failed
-    error_type: str | None = None  # the provider's error type/code, when it failed
-    usage: float | None = None
-
-
-@dataclass(frozen=True)
-class PollSchedule:
-    """When to poll an upstream job.
-
-    The first poll comes ``first_s`` after the submit: the kind's ``poll_after`` (set it near the
-    *shortest* typical job duration), or ``callback_grace`` when the provider calls back and
-    polling is only the fallback for lost callbacks. After that, the gap before the next poll has
-    a ceiling of ``ratio`` x the job's age (capped at ``max_gap_s``) and is drawn by the one
-    backoff policy (:class:`floodway.retry.Backoff`, full jitter) over the top ``jitter`` share
-    of that ceiling:
-
-    - proportional to age, not to the number of polls: "still running at t" says the job is
-      probably of the order of t long. A gap of at most ``ratio`` x t bounds the detection lag by
-      ``ratio`` x the job's duration by construction, and the number of polls grows with
-      log(duration / first_s), not with the duration.
-    - jitter over the top quarter, not over the whole ceiling: it still spreads tasks submitted
-      together, while full jitter over [0, ceiling] spends many short gaps that learn nothing.
-      Modelled for jobs of uniform 2-4 s, first poll at 2 s (mean polls / p95 lag as a share of
-      the duration): full jitter, ratio 0.15: 7.1 / 11.6 %; ratio 0.2: 5.8 / 15.4 %. Top half,
-      ratio 0.15: 5.1 / 12 %. Top quarter, ratio 0.13: 5.1 / 11 %, which leaves room under both
-      targets (6 polls, 15 %) for the time polling itself takes; bench/upstream.py measures it.
-    """
-
-    first_s: float = 1.0
-    ratio: float = 0.13
-    jitter: float = 0.25
-    min_gap_s: float = 0.01
-    max_gap_s: float = 60.0
-
-    def next_delay(self, age_s: float, polls: int, rng: random.Random | None = None) -> float:
-        """Seconds until the next poll of a job ``age_s`` old that was polled ``polls`` times."""
-        ceiling = min(self.max_gap_s, max(self.min_gap_s, self.ratio * max(0.0, age_s)))
-        spread = ceiling * self.jitter
-        return ceiling - spread + Backoff(base_s=spread, cap_s=spread).delay(max(1, polls), rng)
 
 
 class Adapter(Protocol):
@@ -148,6 +83,10 @@ class AsyncJobs(Protocol):
 
     def interpret(self, body: JSON) -> JobView:
         """Read a job description (poll answer or callback body)."""
+        ...
+
+    def job_id(self, body: JSON) -> str | None:
+        """The job id a job description names (None: none)."""
         ...
 
 
@@ -206,7 +145,7 @@ class AdapterHandler:
         self.jobs = jobs
         self.schedule = schedule
 
-    async def __call__(self, ctx: Context, value: JSON) -> JSON:
+    async def __call__(self, ctx: Context, value: JSON) -> JSON | Parked:
         if ctx.upstream_ref is not None and self.jobs is not None:
             resumed = await self._resume(ctx, ctx.upstream_ref)
             if not isinstance(resumed, _Resubmit):
@@ -217,9 +156,9 @@ class AdapterHandler:
         if self.jobs is None:
             raise RuntimeError(f"{self.adapter.name}: an async job, but the kind cannot poll")
         await ctx.set_upstream_ref(answer.ref)
-        raise ParkUpstream(answer.ref, ctx.now() + self.schedule.first_s)
+        return Parked(answer.ref, ctx.now() + self.schedule.first_s)
 
-    async def _resume(self, ctx: Context, ref: str) -> JSON | _Resubmit:
+    async def _resume(self, ctx: Context, ref: str) -> JSON | Parked | _Resubmit:
         assert self.jobs is not None
         state, value = await self.jobs.poll(ctx, ref)
         if state == "done":
@@ -227,7 +166,7 @@ class AdapterHandler:
         if state == "running":
             age = ctx.now() - (ctx.task.started_at or ctx.now())
             delay = self.schedule.next_delay(age, ctx.task.poll_attempts + 1)
-            raise ParkUpstream(ref, ctx.now() + delay)
+            return Parked(ref, ctx.now() + delay)
         return _RESUBMIT
 
     async def aclose(self) -> None:
@@ -236,24 +175,19 @@ class AdapterHandler:
 
 @dataclass(frozen=True)
 class UpstreamPoll:
-    """``KindSpec.poll`` for an adapter kind; also carries what the poller and the webhook
-    receiver need: the schedule, upstream cancel and the job reader."""
+    """The :class:`~floodway.kinds.JobPoller` of an adapter kind."""
 
     jobs: AsyncJobs
     schedule: PollSchedule
 
-    async def __call__(self, ctx: Context, ref: str) -> tuple[str, JSON]:
+    async def poll(self, ctx: Context, ref: str) -> tuple[str, JSON]:
         return await self.jobs.poll(ctx, ref)
 
     async def cancel(self, ctx: Context, ref: str) -> bool:
         return await self.jobs.cancel(ctx, ref)
 
-    def interpret(self, body: JSON) -> JobView:
-        return self.jobs.interpret(body)
-
-
-#: what a kind's ``poll`` may offer beyond being called (looked up with getattr)
-CancelFn = Callable[["Context", str], Awaitable[bool]]
+    def read_callback(self, body: JSON) -> tuple[str | None, JobView]:
+        return self.jobs.job_id(body), self.jobs.interpret(body)
 
 
 async def close_quietly(closer: Callable[[], Awaitable[None]]) -> None:

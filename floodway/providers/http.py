@@ -21,8 +21,9 @@ from urllib.parse import quote
 
 from floodway.core.errors import FatalError, HandlerError, RetryableError
 from floodway.core.task import JSON
+from floodway.core.upstream import JobView
 from floodway.kinds import CostFn
-from floodway.providers.base import Accepted, Finished, JobView, SharedClient, Submission
+from floodway.providers.base import Accepted, Finished, SharedClient, Submission
 from floodway.providers.responses import error_for, error_of, json_body, send, usage_of
 
 if TYPE_CHECKING:
@@ -211,8 +212,15 @@ class HttpAdapter:
             return JobView("done", self._result(body), usage=usage_of(body, f.usage))
         if str(status) in f.failed:
             kind, message = error_of(body, f"the job ended {status}")
-            return JobView("failed", message=message, error_type=kind)
+            fatal = kind in FATAL_JOB_ERRORS
+            return JobView("failed", message=message, error_type=kind, fatal=fatal)
         return JobView("running")
+
+    def job_id(self, body: JSON) -> str | None:
+        ref = body.get(self.fields.id) if isinstance(body, dict) else None
+        if ref is None or ref == "" or isinstance(ref, bool | dict | list):
+            return None
+        return str(ref)
 
     # -- helpers --------------------------------------------------------------------------------
     def _result(self, data: JSON) -> JSON:
@@ -228,7 +236,7 @@ class HttpAdapter:
     def _failure(self, view: JobView, what: str) -> HandlerError:
         text = f"{what}: upstream job failed" + (f" ({view.error_type})" if view.error_type else "")
         text += f": {view.message}"
-        if view.error_type in FATAL_JOB_ERRORS:
+        if view.fatal:
             return FatalError(text, type=view.error_type)
         return RetryableError(text, type=view.error_type or "upstream_failed")
 

@@ -29,14 +29,14 @@ import os
 import re
 from typing import Any
 
-from floodway.config import KindConfig, Settings, parse_duration
+from floodway.config import KindConfig, parse_duration
 from floodway.core.errors import ConfigError
+from floodway.core.upstream import PollSchedule
 from floodway.kinds import KindRegistry, KindSpec, Lookup
 from floodway.providers.base import (
     Adapter,
     AdapterHandler,
     AsyncJobs,
-    PollSchedule,
     UpstreamPoll,
     close_quietly,
 )
@@ -60,7 +60,7 @@ _OPTIONS = frozenset(
 )
 
 
-def build_provider_kind(name: str, cfg: KindConfig, settings: Settings) -> KindSpec:
+def build_provider_kind(name: str, cfg: KindConfig) -> KindSpec:
     """The :class:`KindSpec` of a config-declared provider kind (raises ConfigError)."""
     where = f"kinds.{name}"
     unknown = sorted(set(cfg.options) - _OPTIONS)
@@ -101,17 +101,16 @@ def build_provider_kind(name: str, cfg: KindConfig, settings: Settings) -> KindS
         idempotent=idempotent,
         lookup=lookup,
         poll=None if jobs is None else UpstreamPoll(jobs, schedule),
-        poll_after_s=schedule.first_s,
         poll_max_attempts=cfg.poll_max_attempts,
+        close=adapter.aclose,
     )
 
 
 async def aclose_kinds(kinds: KindRegistry) -> None:
     """Close every provider kind's pooled HTTP client (call it from ``Floodway.close``)."""
     for spec in kinds.specs():
-        closer = getattr(spec.handler, "aclose", None)
-        if closer is not None:
-            await close_quietly(closer)
+        if spec.close is not None:
+            await close_quietly(spec.close)
 
 
 def poll_schedule(cfg: KindConfig, where: str) -> PollSchedule:

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from floodway.core.outcome import Applied, Completion
 from floodway.core.states import Status
-from floodway.core.task import Lane, NewTask, Submitted, Task
+from floodway.core.task import Candidate, Lane, NewTask, Submitted, Task
 
 
 @dataclass(frozen=True)
@@ -35,20 +35,6 @@ class ReadyQuery:
     kinds: tuple[str, ...]
     now: float
     limit: int
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A ready task as admission control sees it (no input, no result: cheap to list)."""
-
-    task_id: str
-    kind: str
-    tenant: str
-    lane: Lane
-    cost: float
-    seq: int
-    created_at: float
-    deadline_at: float | None
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from typing import Any
 
 from floodway.core.outcome import Completion
 from floodway.core.states import TERMINAL, Status
-from floodway.core.task import ErrorInfo, Lane, NewTask, Task
-from floodway.store.base import Candidate, ClaimParams, TaskQuery
+from floodway.core.task import Candidate, ErrorInfo, Lane, NewTask, Task
+from floodway.store.base import ClaimParams, TaskQuery
 
 
 def dumps(value: Any) -> str | None:

@@ -11,7 +11,7 @@ import jsonschema
 from floodway.clock import Clock
 from floodway.context import Context
 from floodway.core.errors import InvalidOutput
-from floodway.core.outcome import Cancelled, Failed, Outcome, Succeeded
+from floodway.core.outcome import Cancelled, Failed, Outcome, Parked, Succeeded
 from floodway.core.task import ErrorClass, ErrorInfo
 from floodway.kinds import KindSpec
 from floodway.retry import RetryPolicy
@@ -53,6 +53,8 @@ async def execute(spec: KindSpec, ctx: Context, policy: RetryPolicy, clock: Cloc
         return Cancelled("handler cancelled")
     except Exception as exc:
         return dataclasses.replace(policy.classify(exc), usage=ctx.usage)
+    if isinstance(result, Parked):
+        return result  # an upstream job: its result is checked when the job ends
     if spec.output_schema is not None:
         try:
             jsonschema.validate(result, spec.output_schema)

@@ -40,21 +40,11 @@ from floodway.core.states import Status
 from floodway.core.task import JSON, ErrorClass, ErrorInfo, Task, new_token
 from floodway.kinds import KindSpec
 from floodway.limits.base import Permit, Settlement
-from floodway.providers.base import PollSchedule
 from floodway.retry import RetryPolicy
 from floodway.runtime import Runtime
 from floodway.store.base import ClaimParams
 
 log = logging.getLogger("floodway.upstream")
-
-
-def schedule_of(spec: KindSpec) -> PollSchedule:
-    """The kind's poll schedule: the adapter's, or one built from the KindSpec fields (a
-    python kind with its own ``poll``)."""
-    schedule = getattr(spec.poll, "schedule", None)
-    if isinstance(schedule, PollSchedule):
-        return schedule
-    return PollSchedule(first_s=spec.poll_after_s)
 
 
 def job_outcome(
@@ -91,22 +81,15 @@ async def finish_upstream(
     applied = (await runtime.store.complete([item], runtime.clock.now()))[0]
     if not applied.applied:
         return False
-    permit = rebuild_permit(runtime, task)
-    if permit is not None:
-        settlement = Settlement(actual_cost=usage, headers=dict(headers or {}))
-        await runtime.admission.settle(permit, settlement, runtime.clock.now())
+    settlement = Settlement(actual_cost=usage, headers=dict(headers or {}))
+    await runtime.admission.settle(permit_of(runtime, task), settlement, runtime.clock.now())
     await runtime.after_completion(task, item, applied)
     return True
 
 
-def rebuild_permit(runtime: Runtime, task: Task) -> Permit | None:
-    """The permit a parked task holds, rebuilt from its row (admission controls that keep no
-    per-task state have nothing to settle)."""
-    make: Any = getattr(runtime.admission, "permit_for", None)
-    if make is None:
-        return None
-    permit = make(task.id, task.kind, task.tenant, task.cost_estimated)
-    return permit if isinstance(permit, Permit) else None
+def permit_of(runtime: Runtime, task: Task) -> Permit:
+    """The permit a parked task holds, rebuilt from its row."""
+    return runtime.admission.permit_for(task.id, task.kind, task.tenant, task.cost_estimated)
 
 
 class UpstreamPoller:
@@ -255,7 +238,7 @@ class UpstreamPoller:
     async def _poll(self, task: Task) -> None:
         runtime = self.runtime
         spec = runtime.kinds.get(task.kind)
-        ctx = Context(task, runtime.store, runtime.clock)
+        ctx = runtime.context(task)
         ref = task.upstream_ref
         if ref is None or spec.poll is None:  # not ours to poll: let the handler look again
             await self._hand_back(task, "parked without an upstream job to poll")
@@ -271,7 +254,7 @@ class UpstreamPoller:
         try:
             # A poll longer than half the lease would race the sweeper: give up on it first.
             async with asyncio.timeout(self.lease_s / 2):
-                state, value = await spec.poll(ctx, ref)
+                state, value = await spec.poll.poll(ctx, ref)
         except Exception as exc:
             failed = runtime.policy.classify(exc)
             if failed.error.cls is ErrorClass.RETRYABLE:
@@ -314,7 +297,8 @@ class UpstreamPoller:
             return
         # The job's age: since the task first started (the submit follows within moments).
         age = asked_at - (task.started_at if task.started_at is not None else asked_at)
-        delay = schedule_of(spec).next_delay(age, polls, self._rng)
+        assert spec.poll is not None  # only kinds with a poller are parked
+        delay = spec.poll.schedule.next_delay(age, polls, self._rng)
         at = asked_at + delay
         if at_least is not None:
             at = max(at, now + at_least)
@@ -337,10 +321,9 @@ class UpstreamPoller:
         )
         if not parked:  # a webhook finished it, or the sweeper took it back: not ours anymore
             return
-        permit = rebuild_permit(runtime, task)
-        if permit is not None:  # the provider is still working: keep (renew) its slot
-            keep = Settlement(headers=dict(headers or {}), keep_slot=True)
-            await runtime.admission.settle(permit, keep, runtime.clock.now())
+        # The provider is still working: keep (renew) its slot.
+        keep = Settlement(headers=dict(headers or {}), keep_slot=True)
+        await runtime.admission.settle(permit_of(runtime, task), keep, runtime.clock.now())
         self.wake(at)
 
     async def _give_up(
@@ -367,11 +350,10 @@ class UpstreamPoller:
         await finish_upstream(self.runtime, task, item)
 
     async def _cancel_upstream(self, spec: KindSpec, ctx: Context, ref: str) -> None:
-        cancel: Any = getattr(spec.poll, "cancel", None)
-        if cancel is None:
+        if spec.poll is None:
             return
         try:
-            await cancel(ctx, ref)
+            await spec.poll.cancel(ctx, ref)
         except Exception as exc:  # best effort: the task ends either way
             log.info("task %s: cancelling upstream job %s failed: %s", ctx.task_id, ref, exc)
 

@@ -17,13 +17,11 @@ from dataclasses import dataclass, field
 
 from floodway.clock import wait_event
 from floodway.context import Context
-from floodway.core.errors import StoreError
-from floodway.core.outcome import Completion
+from floodway.core.errors import Unavailable
+from floodway.core.outcome import Completion, Failed, Parked
 from floodway.core.states import Status
-from floodway.core.task import Task, new_token
-from floodway.limits.backend import LimiterUnavailable
+from floodway.core.task import ErrorClass, ErrorInfo, Task, new_token
 from floodway.limits.base import Permit, Settlement
-from floodway.providers.base import ParkUpstream
 from floodway.runtime import Runtime
 from floodway.store.base import ClaimParams, ReadyQuery
 from floodway.worker.completer import Completer
@@ -130,7 +128,7 @@ class Worker:
             if free > 0:
                 try:
                     claimed = await self._claim(min(free, self.options.claim_batch))
-                except (LimiterUnavailable, StoreError) as exc:
+                except Unavailable as exc:
                     # Fail closed: claim nothing until the limiter and the ledger answer.
                     log.warning("dispatch paused, retrying in 1 s: %s: %s", type(exc).__name__, exc)
                     await runtime.clock.sleep(1.0)
@@ -215,7 +213,7 @@ class Worker:
                 await runtime.admission.release(permit, now)
         for task in tasks:
             permit = permits.get(task.id) or Permit(task.id, None, task.tenant, task.cost_estimated)
-            ctx = Context(task, runtime.store, runtime.clock)
+            ctx = runtime.context(task)
             run = _Running(task, ctx, permit)
             self.running[task.id] = run
             if task.cancel_requested:
@@ -244,15 +242,6 @@ class Worker:
         spec = runtime.kinds.get(run.task.kind)
         try:
             outcome = await execute(spec, run.ctx, runtime.policy, runtime.clock)
-        except ParkUpstream as park:  # -- upstream jobs: the handler waits on a durable timer --
-            if spec.poll is not None:
-                await asyncio.shield(self._park(run, park))
-                return
-            from floodway.core.outcome import Failed
-            from floodway.core.task import ErrorClass, ErrorInfo
-
-            message = f"the handler parked on {park.ref}, but kind {spec.name!r} has no poll"
-            outcome = Failed(ErrorInfo(ErrorClass.FATAL, "not_pollable", message))
         except asyncio.CancelledError:
             # Torn down by stop(): hand the task back without spending an attempt.
             item = Completion(
@@ -268,16 +257,20 @@ class Worker:
             return
         except Exception:  # a bug in floodway, not in the handler: never lose the task
             log.exception("executor failed on %s", run.task.id)
-            from floodway.core.outcome import Failed
-            from floodway.core.task import ErrorClass, ErrorInfo
-
             outcome = Failed(ErrorInfo(ErrorClass.RETRYABLE, "internal", "executor failed"))
+        if isinstance(outcome, Parked):  # an upstream job: wait on a durable timer, not here
+            if spec.poll is not None:
+                await asyncio.shield(self._park(run, outcome))
+                return
+            message = f"the handler parked on {outcome.ref}, but kind {spec.name!r} has no poll"
+            outcome = Failed(ErrorInfo(ErrorClass.FATAL, "not_pollable", message))
         runtime.upstream.record(outcome)
         item = runtime.policy.decide(run.task, outcome, runtime.clock.now())
+        failed = outcome if isinstance(outcome, Failed) else None
         settlement = Settlement(
             actual_cost=run.ctx.usage,
-            throttled=bool(getattr(outcome, "throttled", False)),
-            retry_after=getattr(outcome, "retry_after", None),
+            throttled=failed is not None and failed.throttled,
+            retry_after=None if failed is None else failed.retry_after,
             headers=run.ctx.response_headers,
         )
         await asyncio.shield(self._finish(run, item, settlement))
@@ -316,7 +309,7 @@ class Worker:
             self._slot_freed.set()
 
     # -- upstream jobs ------------------------------------------------------------------------
-    async def _park(self, run: _Running, park: ParkUpstream) -> None:
+    async def _park(self, run: _Running, park: Parked) -> None:
         """Leave the task waiting on its upstream job without this worker: it stays running,
         the lease and the worker slot are released, the provider slot is kept, and the
         upstream poller wakes it at ``park.poll_at``."""

@@ -16,6 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from floodway.config import ResourceConfig, TenantConfig
+from floodway.core.errors import LimiterUnavailable
 from floodway.core.task import Lane
 from floodway.limits.admission import LimitsAdmission
 from floodway.limits.backend import (
@@ -24,7 +25,6 @@ from floodway.limits.backend import (
     Bucket,
     Debit,
     LimiterBackend,
-    LimiterUnavailable,
     SlotClaim,
 )
 from floodway.limits.base import Settlement

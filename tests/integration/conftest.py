@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from floodway import Floodway
 from floodway.api import OutboxOptions, create_app, serving
 from floodway.config import ApiConfig, KindConfig, Settings, TenantConfig
-from floodway.retry import Backoff
+from floodway.core.backoff import Backoff
 from floodway.testing import SimulatedProvider
 
 #: outbound webhooks retried fast, so tests wait on events, never on long sleeps

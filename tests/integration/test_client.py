@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from floodway.client import ApiError, Client, raise_for_problem
+from floodway.core.backoff import Backoff
 from floodway.core.errors import (
     AdmissionRefused,
     IdempotencyConflict,
@@ -19,7 +20,6 @@ from floodway.core.errors import (
 )
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, Lane, SubmitRequest
-from floodway.retry import Backoff
 from tests.integration.conftest import ApiServer, StartApi, eventually
 
 

@@ -7,34 +7,37 @@ import asyncio
 import email.utils
 import time
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request, Response
 
-from floodway import ConfigError, FatalError, InvalidOutput, RetryableError, Settings
+from floodway import ConfigError, FatalError, InvalidOutput, RetryableError
 from floodway.clock import SystemClock
 from floodway.config import KindConfig
-from floodway.context import Context
+from floodway.context import Context, RecordRef
+from floodway.core.outcome import Parked
 from floodway.core.states import Status
 from floodway.core.task import Lane, Task
 from floodway.kinds import KindRegistry, KindSpec
-from floodway.providers.base import AdapterHandler, ParkUpstream
+from floodway.providers.base import AdapterHandler
 from floodway.providers.registry import aclose_kinds, build_provider_kind
 from floodway.providers.sim import SimulatorConfig, running_simulator, serve_app
 from floodway.providers.sim.server import RunningSimulator
-from floodway.store.base import Store
 
 
 class RefStore:
-    """What a Context needs of a store in these tests: it records upstream refs."""
+    """Where a Context records upstream refs in these tests."""
 
     def __init__(self) -> None:
         self.refs: dict[str, str] = {}
 
-    async def set_upstream_ref(self, task_id: str, lease_token: str, ref: str, now: float) -> bool:
-        self.refs[task_id] = ref
-        return True
+    def recorder(self, task_id: str) -> RecordRef:
+        async def record(ref: str) -> bool:
+            self.refs[task_id] = ref
+            return True
+
+        return record
 
 
 def make_ctx(key: str = "key-1", ref: str | None = None, store: RefStore | None = None) -> Context:
@@ -50,11 +53,18 @@ def make_ctx(key: str = "key-1", ref: str | None = None, store: RefStore | None 
         upstream_ref=ref,
         started_at=time.time(),
     )
-    return Context(task, cast(Store, store or RefStore()), SystemClock())
+    return Context(task, SystemClock(), (store or RefStore()).recorder(task.id))
+
+
+async def parked(call: Any) -> Parked:
+    """What a handler that started an upstream job returns."""
+    answer = await call
+    assert isinstance(answer, Parked), answer
+    return answer
 
 
 def build(**cfg: Any) -> KindSpec:
-    return build_provider_kind("k", KindConfig(**cfg), Settings())
+    return build_provider_kind("k", KindConfig(**cfg))
 
 
 async def close(*specs: KindSpec) -> None:
@@ -182,15 +192,14 @@ async def test_async_submit_records_the_job_then_parks(sim_async: RunningSimulat
     store = RefStore()
     ctx = make_ctx("job-1", store=store)
     before = ctx.now()
-    with pytest.raises(ParkUpstream) as info:
-        await spec.handler(ctx, {"n": 1})
-    park = info.value
+    info = await parked(spec.handler(ctx, {"n": 1}))
+    park = info
     assert store.refs["t_1"] == park.ref == ctx.upstream_ref
     assert before + 0.5 <= park.poll_at <= ctx.now() + 0.5
     assert spec.poll is not None
-    assert await spec.poll(ctx, park.ref) == ("running", None)
+    assert await spec.poll.poll(ctx, park.ref) == ("running", None)
     await asyncio.sleep(0.35)
-    state, result = await spec.poll(ctx, park.ref)
+    state, result = await spec.poll.poll(ctx, park.ref)
     await close(spec)
     assert state == "done" and result["echo"] == {"n": 1}
     assert ctx.usage is not None
@@ -198,14 +207,12 @@ async def test_async_submit_records_the_job_then_parks(sim_async: RunningSimulat
 
 async def test_a_recorded_job_is_resumed_not_resubmitted(sim_async: RunningSimulator) -> None:
     spec = build(adapter="simulated", url=sim_async.url)
-    with pytest.raises(ParkUpstream) as info:
-        await spec.handler(make_ctx("resume"), {"n": 2})
-    ref = info.value.ref
+    info = await parked(spec.handler(make_ctx("resume"), {"n": 2}))
+    ref = info.ref
     requests = sim_async.state.stats.requests
     # Recovery: the handler runs again with ctx.upstream_ref set.
-    with pytest.raises(ParkUpstream) as again:
-        await spec.handler(make_ctx("resume", ref=ref), {"n": 2})
-    assert again.value.ref == ref
+    again = await parked(spec.handler(make_ctx("resume", ref=ref), {"n": 2}))
+    assert again.ref == ref
     await asyncio.sleep(0.3)
     result = await spec.handler(make_ctx("resume", ref=ref), {"n": 2})
     await close(spec)
@@ -216,23 +223,21 @@ async def test_a_recorded_job_is_resumed_not_resubmitted(sim_async: RunningSimul
 
 async def test_a_forgotten_job_is_submitted_again(sim_async: RunningSimulator) -> None:
     spec = build(adapter="simulated", url=sim_async.url)
-    with pytest.raises(ParkUpstream) as info:
-        await spec.handler(make_ctx("lost", ref="job-nobody-knows"), {"n": 3})
+    info = await parked(spec.handler(make_ctx("lost", ref="job-nobody-knows"), {"n": 3}))
     await close(spec)
-    assert info.value.ref != "job-nobody-knows"
+    assert info.ref != "job-nobody-knows"
     assert sim_async.state.stats.jobs_submitted == 1
 
 
 async def test_cancel_stops_a_running_job(sim_async: RunningSimulator) -> None:
     spec = build(adapter="simulated", url=sim_async.url)
-    with pytest.raises(ParkUpstream) as info:
-        await spec.handler(make_ctx("stop"), {"n": 4})
-    cancel = getattr(spec.poll, "cancel", None)
-    assert cancel is not None
-    assert await cancel(make_ctx("stop"), info.value.ref) is True
-    assert await cancel(make_ctx("stop"), info.value.ref) is False  # already cancelled
+    info = await parked(spec.handler(make_ctx("stop"), {"n": 4}))
     assert spec.poll is not None
-    state, message = await spec.poll(make_ctx("stop"), info.value.ref)
+    cancel = spec.poll.cancel
+    assert await cancel(make_ctx("stop"), info.ref) is True
+    assert await cancel(make_ctx("stop"), info.ref) is False  # already cancelled
+    assert spec.poll is not None
+    state, message = await spec.poll.poll(make_ctx("stop"), info.ref)
     await close(spec)
     assert state == "failed" and "cancelled" in str(message)
 
@@ -366,23 +371,22 @@ async def test_async_answers_done_failed_or_a_job_without_status(chosen: str) ->
     assert await call(chosen, "done-at-once", **jobs) == {"x": 1}
     with pytest.raises(FatalError):
         await call(chosen, "failed-at-once", **jobs)
-    with pytest.raises(ParkUpstream) as info:
-        await call(chosen, "202-no-status", **jobs)
-    assert info.value.ref == "j-9"
+    info = await parked(call(chosen, "202-no-status", **jobs))
+    assert info.ref == "j-9"
 
 
 async def test_poll_answers(chosen: str) -> None:
     spec = build(adapter="http", url=f"{chosen}/call/x", poll_url=f"{chosen}/jobs/{{id}}")
     assert spec.poll is not None
     ctx = make_ctx()
-    assert await spec.poll(ctx, "run-1") == ("running", None)
-    state, _ = await spec.poll(ctx, "gone-1")
+    assert await spec.poll.poll(ctx, "run-1") == ("running", None)
+    state, _ = await spec.poll.poll(ctx, "gone-1")
     assert state == "failed"
     with pytest.raises(RetryableError) as busy:  # the poll failed, not the job
-        await spec.poll(ctx, "busy-1")
+        await spec.poll.poll(ctx, "busy-1")
     assert busy.value.retry_after == 2.0
     with pytest.raises(FatalError):  # a refusal fails again when resubmitted
-        await spec.poll(ctx, "refused-1")
+        await spec.poll.poll(ctx, "refused-1")
     await close(spec)
 
 
@@ -399,4 +403,5 @@ def test_webhook_kinds_wait_callback_grace_before_polling() -> None:
     spec = build(adapter="simulated", webhook_secret="s", callback_grace=7, poll_after=1)
     assert isinstance(spec.handler, AdapterHandler)
     assert spec.handler.schedule.first_s == 7
-    assert build(adapter="simulated", poll_after=1.5).poll_after_s == 1.5
+    polled = build(adapter="simulated", poll_after=1.5).poll
+    assert polled is not None and polled.schedule.first_s == 1.5

@@ -15,11 +15,13 @@ import pytest
 from fastapi import FastAPI, Request, Response
 
 from floodway import ErrorClass, Floodway, Settings, Status, Task
+from floodway.core.backoff import Backoff
 from floodway.providers.registry import aclose_kinds
-from floodway.providers.sim import SimulatorConfig, running_simulator, serve_app, sign_webhook
-from floodway.providers.webhook_in import WebhookSignatureError, apply_callback, verify_signature
-from floodway.retry import Backoff, RetryPolicy
+from floodway.providers.sim import SimulatorConfig, running_simulator, serve_app
+from floodway.retry import RetryPolicy
+from floodway.signing import WebhookSignatureError, sign, verify
 from floodway.store.base import TaskQuery
+from floodway.worker.callbacks import Applied, apply_callback
 
 SCHEMA = {"type": "object", "required": ["url"]}
 
@@ -111,10 +113,10 @@ async def test_webhooks_with_a_fifth_of_callbacks_dropped_still_complete_everyth
     async def hook(kind: str, request: Request) -> Response:
         body = await request.body()
         try:
-            verify_signature(secret, request.headers, body, time.time())
+            verify(secret, request.headers, body, time.time())
         except WebhookSignatureError:
             return Response(status_code=401)
-        applied.append(await apply_callback(holder["fw"].runtime, kind, json.loads(body)))
+        applied.append((await apply_callback(holder["fw"].runtime, kind, json.loads(body))).applied)
         return Response(status_code=204)
 
     async with running_simulator(config) as sim, serve_app(receiver) as hooks:
@@ -171,7 +173,7 @@ async def test_webhook_and_poll_race_lands_exactly_one_terminal_write(db_url: st
                     if task is not None and task.terminal:
                         break
                     await asyncio.sleep(0.01)
-        by_callback[n] = await apply_callback(holder["fw"].runtime, kind, payload)
+        by_callback[n] = (await apply_callback(holder["fw"].runtime, kind, payload)).applied
         return Response(status_code=204)
 
     async with running_simulator(config) as sim, serve_app(receiver) as hooks:
@@ -192,7 +194,7 @@ async def test_webhook_and_poll_race_lands_exactly_one_terminal_write(db_url: st
                 await fw.clock.sleep(0.01)
             events = [await fw.store.events(t.id) for t in tasks]
             late = {"id": done[0].upstream_ref, "status": "succeeded", "result": {"url": "late"}}
-            assert await apply_callback(fw.runtime, "gen", late) is False  # already ended
+            assert not (await apply_callback(fw.runtime, "gen", late)).applied  # already ended
     assert Counter(t.status for t in done) == {Status.SUCCEEDED: 30}
     assert not any(won for n, won in by_callback.items() if n % 2 == 0)  # polls won these
     assert any(won for n, won in by_callback.items() if n % 2 == 1)
@@ -324,14 +326,14 @@ def signed(secret: str, body: bytes, at: int, msg_id: str = "msg_1") -> dict[str
     return {
         "Webhook-Id": msg_id,
         "Webhook-Timestamp": str(at),
-        "Webhook-Signature": "v1,bm90LXRoaXM= " + sign_webhook(secret, msg_id, at, body),
+        "Webhook-Signature": "v1,bm90LXRoaXM= " + sign(secret, msg_id, at, body),
     }
 
 
 def test_verify_signature_accepts_the_simulators_signature() -> None:
     body = b'{"id":"job-1","status":"succeeded"}'
     now = int(time.time())
-    verify_signature("s3cret", signed("s3cret", body, now), body, now + 10)
+    verify("s3cret", signed("s3cret", body, now), body, now + 10)
 
 
 @pytest.mark.parametrize(
@@ -357,7 +359,7 @@ def test_verify_signature_refuses(change: str, match: str) -> None:
     else:
         del headers["Webhook-Signature"]
     with pytest.raises(WebhookSignatureError, match=match):
-        verify_signature(secret, headers, body, at)
+        verify(secret, headers, body, at)
 
 
 def test_verify_signature_with_a_whsec_secret() -> None:
@@ -369,15 +371,16 @@ def test_verify_signature_with_a_whsec_secret() -> None:
     now = int(time.time())
     # The simulator signs with the secret's bytes; a whsec_ secret means the decoded key.
     headers = signed(key.decode(), body, now)
-    verify_signature(secret, headers, body, now)
+    verify(secret, headers, body, now)
 
 
 async def test_callback_for_an_unknown_job_or_a_running_one_changes_nothing(db_url: str) -> None:
     kinds = {"gen": {"adapter": "simulated", "url": "http://127.0.0.1:9"}}
     async with floodway_with(db_url, kinds) as fw:
         running = {"id": "job-x", "status": "running"}
-        assert await apply_callback(fw.runtime, "gen", running) is False
+        assert await apply_callback(fw.runtime, "gen", running) == Applied(False, None)
         finished = {"id": "job-x", "status": "succeeded", "result": {}}
-        assert await apply_callback(fw.runtime, "gen", finished, settle_wait_s=0) is False
+        gone = await apply_callback(fw.runtime, "gen", finished, settle_wait_s=0)
+        assert gone == Applied(False, None)
         with pytest.raises(ValueError, match="job id"):
             await apply_callback(fw.runtime, "gen", {"status": "succeeded"})

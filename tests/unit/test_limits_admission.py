@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from floodway.config import ResourceConfig, TenantConfig
-from floodway.core.errors import InvalidInput
+from floodway.core.errors import InvalidInput, LimiterUnavailable
 from floodway.core.task import Lane
 from floodway.limits.admission import (
     EPOCH,
@@ -23,7 +23,7 @@ from floodway.limits.admission import (
     AdmissionTuning,
     LimitsAdmission,
 )
-from floodway.limits.backend import AcquireRequest, AcquireResult, Bucket, LimiterUnavailable
+from floodway.limits.backend import AcquireRequest, AcquireResult, Bucket
 from floodway.limits.base import Permit, Settlement
 from floodway.limits.local import LocalLimiterBackend
 from floodway.limits.plan import CostTooLarge

@@ -20,8 +20,9 @@ from floodway.api.problems import ApiProblem
 from floodway.api.schemas import WebhookAck
 from floodway.api.state import ApiState, api_state
 from floodway.core.errors import UnknownKind
-from floodway.providers.webhook_in import WebhookSignatureError, apply_callback, verify_signature
+from floodway.signing import WebhookSignatureError, verify
 from floodway.wire import valid_unicode
+from floodway.worker.callbacks import apply_callback
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 
@@ -53,28 +54,26 @@ async def inbound_webhook(
         raise ApiProblem(404, "unknown-webhook", f"no kind {kind[:200]!r} takes webhooks")
     body = await request.body()
     try:
-        verify_signature(secret, request.headers, body, fw.clock.now())
+        verify(secret, request.headers, body, fw.clock.now())
     except WebhookSignatureError as exc:
         state.metrics.webhooks_in.labels("bad_signature").inc()
         raise ApiProblem(401, "invalid-signature", str(exc)) from None
     payload = _payload(body)
     try:
-        applied = await apply_callback(fw.runtime, kind, payload)
+        result = await apply_callback(fw.runtime, kind, payload)
     except UnknownKind:
         raise ApiProblem(404, "unknown-webhook", f"no kind {kind[:200]!r} takes webhooks") from None
     except ValueError as exc:
         raise ApiProblem(422, "invalid-webhook", str(exc)) from None
-    ref = payload.get(cfg.id_field)
-    task = await fw.store.find_upstream(kind, str(ref)) if ref not in (None, "") else None
-    if task is None:
+    if result.task is None:
         # Possibly a callback that beat the durable write of the job id by more than the
         # wait above: a non-2xx makes the provider deliver it again later.
         state.metrics.webhooks_in.labels("unknown_job").inc()
-        raise ApiProblem(404, "unknown-upstream-job", f"no task waits on job {str(ref)[:200]!r}")
-    state.metrics.webhooks_in.labels("applied" if applied else "ignored").inc()
-    return WebhookAck(
-        status="applied" if applied else "ignored", task_id=task.id, task_status=task.status
-    )
+        raise ApiProblem(404, "unknown-upstream-job", "no task waits on the job it names")
+    outcome = "applied" if result.applied else "ignored"
+    state.metrics.webhooks_in.labels(outcome).inc()
+    task = await fw.get(result.task.id)
+    return WebhookAck(status=outcome, task_id=task.id, task_status=task.status)
 
 
 def _payload(body: bytes) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from floodway.providers.sim.server import (
     running_simulator,
 )
 from floodway.providers.sim.state import SimulatorState
-from floodway.providers.sim.webhooks import sign_webhook
 from floodway.serving import serve_app
 
 __all__ = [
@@ -35,6 +34,5 @@ __all__ = [
     "run_simulator_blocking",
     "running_simulator",
     "serve_app",
-    "sign_webhook",
     "simulator_state",
 ]

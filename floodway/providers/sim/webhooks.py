@@ -3,9 +3,6 @@ webhook-signature = ``v1,`` + base64 HMAC-SHA256 over ``{id}.{timestamp}.{body}`
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import logging
 import time
@@ -13,14 +10,9 @@ from typing import Any
 
 import httpx
 
+from floodway.signing import signed_headers
+
 logger = logging.getLogger("floodway.simulator")
-
-
-def sign_webhook(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
-    """The ``webhook-signature`` value for one message."""
-    signed = f"{msg_id}.{timestamp}.".encode() + body
-    digest = hmac.new(secret.encode(), signed, hashlib.sha256).digest()
-    return "v1," + base64.b64encode(digest).decode()
 
 
 def signed_request(
@@ -31,9 +23,7 @@ def signed_request(
     timestamp = int(time.time())
     headers = {
         "content-type": "application/json",
-        "webhook-id": msg_id,
-        "webhook-timestamp": str(timestamp),
-        "webhook-signature": sign_webhook(secret, msg_id, timestamp, body),
+        **signed_headers(secret, msg_id, timestamp, body),
     }
     return body, headers
 

@@ -32,9 +32,8 @@ from psycopg_pool import AsyncConnectionPool
 from floodway.core.errors import IllegalTransition, StoreError
 from floodway.core.outcome import Applied, Completion
 from floodway.core.states import CLAIMABLE, Status, check_transition
-from floodway.core.task import NewTask, Submitted, Task
+from floodway.core.task import Candidate, NewTask, Submitted, Task
 from floodway.store.base import (
-    Candidate,
     ChangeListener,
     ClaimParams,
     HeartbeatResult,

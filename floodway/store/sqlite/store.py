@@ -21,9 +21,17 @@ from floodway.core.errors import (
 )
 from floodway.core.outcome import Applied, Completion
 from floodway.core.states import CLAIMABLE, TERMINAL, Status, check_transition
-from floodway.core.task import ErrorClass, ErrorInfo, Lane, NewTask, Submitted, Task, new_id
-from floodway.store.base import (
+from floodway.core.task import (
     Candidate,
+    ErrorClass,
+    ErrorInfo,
+    Lane,
+    NewTask,
+    Submitted,
+    Task,
+    new_id,
+)
+from floodway.store.base import (
     ChangeListener,
     ClaimParams,
     HeartbeatResult,
