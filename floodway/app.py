@@ -14,7 +14,6 @@ from floodway.config import KindConfig, Settings, load_settings
 from floodway.core.errors import ConfigError, TaskNotFound, WaitTimeout
 from floodway.core.task import SubmitRequest, Submitted, Task
 from floodway.core.upstream import PollSchedule
-from floodway.fleet import watch_local_limits
 from floodway.kinds import (
     DEFAULTS,
     CostFn,
@@ -28,6 +27,7 @@ from floodway.kinds import (
 )
 from floodway.limits.base import Admission
 from floodway.maintenance.loop import Maintenance
+from floodway.maintenance.sweeper import Sweeper
 from floodway.providers.registry import aclose_kinds
 from floodway.retry import RetryPolicy
 from floodway.runtime import AlertHook, Runtime
@@ -165,9 +165,7 @@ class Floodway:
                 admission=self._admission or self._build_admission(),
                 policy=self._policy,
                 alert_hooks=list(self._alert_hooks),
-                alert_url=self.settings.alert_url,
-                interactive_depth=self.settings.tenants.interactive_depth,
-                key_ttl_s=self.settings.retention.keys,
+                settings=self.settings,
             )
             store.add_listener(runtime.hub.on_changes)
             self._runtime = runtime
@@ -315,33 +313,27 @@ class Floodway:
         cfg = self.settings.worker
         worker = Worker(
             self.runtime,
-            WorkerOptions(
+            WorkerOptions.from_config(
+                cfg,
                 concurrency=concurrency or cfg.concurrency,
-                lease_s=cfg.lease,
                 grace_s=cfg.grace if grace_s is None else grace_s,
-                claim_batch=cfg.claim_batch,
-                heartbeat_s=min(2.0, cfg.lease / 3),
             ),
         )
-        maint = self.maintenance() if maintenance else None
+        maint = Maintenance(self.runtime, workers=(worker.owner,)) if maintenance else None
+        # A restarted process reconciles what dead processes left at once, not at the next
+        # sweep of whoever leads.
+        await Sweeper(self.runtime).recover()
         await worker.start()
         self._workers.append(worker)
         if maint is not None:
             maint.start()
-        # warns when other workers share this ledger while limits are per process (no Redis)
-        watch = watch_local_limits(self.runtime, worker.owner)
         try:
             yield worker
         finally:
-            await watch.stop()
             if maint is not None:
                 await maint.stop()
             await worker.stop(grace_s)
             self._workers.remove(worker)
-
-    def maintenance(self) -> Maintenance:
-        r = self.settings.retention
-        return Maintenance(self.runtime, results_s=r.results, rows_s=r.rows, keys_s=r.keys)
 
 
 def build_kind(name: str, cfg: KindConfig) -> KindSpec:

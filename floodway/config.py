@@ -137,6 +137,15 @@ class KindConfig(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)  # adapter-specific extras
 
 
+class CallbacksConfig(_Strict):
+    """Outbound callbacks: a task's ``callback_url`` is POSTed when the task ends."""
+
+    max_attempts: int = Field(8, ge=1)
+    backoff: Duration = Field(2.0, description="first gap between attempts (full jitter, x2)")
+    max_backoff: Duration = 600.0
+    timeout: Duration = 10.0
+
+
 class WorkerConfig(_Strict):
     concurrency: int = Field(20, ge=1)
     lease: Duration = 30.0
@@ -157,6 +166,7 @@ class Settings(BaseSettings):
     api: ApiConfig = Field(default_factory=ApiConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    callbacks: CallbacksConfig = Field(default_factory=CallbacksConfig)
     tenants: TenantConfig = Field(default_factory=TenantConfig)
     resources: dict[str, ResourceConfig] = Field(default_factory=dict)
     kinds: dict[str, KindConfig] = Field(default_factory=dict)

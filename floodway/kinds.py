@@ -9,11 +9,13 @@ from typing import Any, Literal, Protocol
 from floodway.config import KindConfig
 from floodway.context import Context
 from floodway.core.errors import ConfigError, UnknownKind
-from floodway.core.task import GLOBAL_SCOPE, JSON, fingerprint, tenant_scope
+from floodway.core.task import GLOBAL_SCOPE, JSON, Task, fingerprint, tenant_scope
 from floodway.core.upstream import JobView, PollSchedule
 
 #: The defaults of a kind, whether declared in Python or in a config file: one home.
 DEFAULTS = KindConfig()
+#: how long a call of a kind without a timeout may run at the provider, at the longest
+UNBOUNDED_CALL_S = 900.0
 
 Handler = Callable[["Context", Any], Awaitable[JSON]]
 CostFn = Callable[[Any], float]
@@ -117,6 +119,12 @@ class KindSpec:
             return None
         scope = GLOBAL_SCOPE if self.share == "global" else tenant_scope(tenant)
         return fingerprint(self.name, self.version, value, scope)
+
+    def call_ends_by(self, task: Task) -> float:
+        """When the task's current call will have ended at the latest: its start plus this
+        kind's timeout (an adapter's HTTP timeout)."""
+        started = task.attempt_at if task.attempt_at is not None else task.updated_at
+        return started + (self.timeout_s if self.timeout_s is not None else UNBOUNDED_CALL_S)
 
     def estimate(self, value: JSON) -> float:
         if self.cost is None:

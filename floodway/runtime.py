@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
 
 from floodway.clock import Clock
+from floodway.config import Settings
 from floodway.context import Context
 from floodway.core.errors import InvalidInput
 from floodway.core.outcome import Applied, Cancelled, Completion, Failed, Outcome
@@ -105,17 +107,21 @@ class UpstreamCounts:
 
 @dataclass
 class Runtime:
+    """What one open :class:`~floodway.Floodway` shares with its workers, maintenance and API:
+    the ledger, the kinds, the clock, the limits, the retry policy and the settings, plus this
+    process's change hub and counters. It runs nothing itself."""
+
     store: Store
     kinds: KindRegistry
     clock: Clock
     admission: Admission
+    settings: Settings
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     hub: ChangeHub = field(default_factory=ChangeHub)
     upstream: UpstreamCounts = field(default_factory=UpstreamCounts)
+    #: outbound callbacks this process delivered, retried or gave up on, since start
+    callbacks_out: Counter[str] = field(default_factory=Counter)
     alert_hooks: list[AlertHook] = field(default_factory=list)
-    alert_url: str = ""
-    interactive_depth: int = 5
-    key_ttl_s: float = 24 * 3600
 
     def new_task(
         self, request: SubmitRequest, *, tenant: str = "default", batch_id: str | None = None
@@ -147,13 +153,13 @@ class Runtime:
             max_attempts=attempts,
             deadline_s=deadline,
             request_key=key,
-            key_ttl_s=self.key_ttl_s,
+            key_ttl_s=self.settings.retention.keys,
             fingerprint=spec.work_print(value, tenant),
             cost_estimated=cost,
             metadata=dict(request.metadata or {}),
             callback_url=request.callback_url,
             batch_id=batch_id,
-            interactive_depth=self.interactive_depth,
+            interactive_depth=self.settings.tenants.interactive_depth,
             # Compared only when a request key matches: a submit without one skips the hash.
             request_hash="" if key is None else request_hash(request),
         )
@@ -199,7 +205,8 @@ class Runtime:
                     await result
             except Exception:
                 log.exception("alert hook failed for task %s", task.id)
-        if self.alert_url:
+        url = self.settings.alert_url
+        if url:
             body = {
                 "event": "task.dead",
                 "task_id": task.id,
@@ -209,6 +216,6 @@ class Runtime:
             }
             try:
                 async with httpx.AsyncClient(timeout=5.0) as client:
-                    await client.post(self.alert_url, json=body)
+                    await client.post(url, json=body)
             except httpx.HTTPError as exc:
-                log.warning("alert POST to %s failed: %s", self.alert_url, exc)
+                log.warning("alert POST to %s failed: %s", url, exc)

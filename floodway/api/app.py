@@ -11,7 +11,6 @@ from fastapi.staticfiles import StaticFiles
 import floodway
 from floodway.api.guard import GuardMiddleware
 from floodway.api.openapi import install_openapi
-from floodway.api.outbox import Outbox, OutboxOptions
 from floodway.api.problems import install_problem_handlers
 from floodway.api.routes import batches, events, ops, tasks, webhooks
 from floodway.api.state import ApiState
@@ -31,18 +30,14 @@ def create_app(
     *,
     run_workers: bool = False,
     concurrency: int | None = None,
-    deliver_webhooks: bool | None = None,
-    outbox_options: OutboxOptions | None = None,
     sse_recheck_s: float = 3.0,
 ) -> FastAPI:
     """The API over ``fw``. Its lifespan opens ``fw`` (and closes it if it opened it).
 
-    ``run_workers``: also run ``fw.worker(concurrency)`` (workers and maintenance) for the
-    app's lifetime, as ``floodway serve`` does. ``deliver_webhooks`` (default: same as
-    ``run_workers``) runs the outbound webhook outbox.
+    ``run_workers``: also run ``fw.worker(concurrency)`` (workers and maintenance, which
+    delivers the outbound callbacks) for the app's lifetime, as ``floodway serve`` does.
     """
     state = ApiState(fw=fw, sse_recheck_s=sse_recheck_s)
-    deliver = run_workers if deliver_webhooks is None else deliver_webhooks
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -56,13 +51,6 @@ def create_app(
                     state.submit_rate = SubmitRateLimiter(fw.settings.tenants, backend)
                 if run_workers:
                     await stack.enter_async_context(fw.worker(concurrency))
-                if deliver:
-                    outbox = Outbox(
-                        fw,
-                        outbox_options,
-                        on_result=lambda r: state.metrics.webhooks_out.labels(r).inc(),
-                    )
-                    await stack.enter_async_context(outbox)
                 yield
         finally:
             state.submit_rate = None

@@ -15,8 +15,6 @@ from floodway.config import Settings
 from floodway.core.errors import ConfigError
 
 OPEN_TENANT = "default"
-#: the outbound-webhook signing secret when no API keys are configured
-OPEN_SIGNING_SECRET = "floodway"
 
 _bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>")
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="the API key")
@@ -55,13 +53,6 @@ async def caller_tenant(
 
 
 Tenant = Annotated[str, Depends(caller_tenant)]
-
-
-def signing_secret(settings: Settings, tenant: str) -> str:
-    """The secret that signs a tenant's outbound webhooks: its API key (the first in sorted
-    order when it has several), or ``"floodway"`` when the API is open."""
-    own = sorted(key for key, owner in settings.api.keys.items() if owner == tenant)
-    return own[0] if own else OPEN_SIGNING_SECRET
 
 
 def is_loopback(host: str) -> bool:

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from floodway.api.stats import Observed, Window
@@ -26,8 +26,9 @@ class _Snapshot(Collector):
         self.by_status: dict[str, int] = {}
         self.resources: dict[str, dict[str, Any]] = {}
         self.upstream: dict[str, float] = {}
+        self.callbacks_out: dict[str, int] = {}
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         tasks = GaugeMetricFamily(
             "floodway_tasks", "Tasks in the ledger by status", labels=["status"]
         )
@@ -52,6 +53,14 @@ class _Snapshot(Collector):
             yield GaugeMetricFamily(
                 f"floodway_upstream_{key}", f"provider {key} seen by this process", value=value
             )
+        out = CounterMetricFamily(
+            "floodway_webhooks_out",
+            "Outbound task callbacks this process delivered, retried or gave up on",
+            labels=["result"],
+        )
+        for result, count in sorted(self.callbacks_out.items()):
+            out.add_metric([result], count)
+        yield out
 
 
 class ApiMetrics:
@@ -66,12 +75,6 @@ class ApiMetrics:
         self.webhooks_in = Counter(
             "floodway_webhooks_in",
             "Inbound provider callbacks by result",
-            ["result"],
-            registry=self.registry,
-        )
-        self.webhooks_out = Counter(
-            "floodway_webhooks_out",
-            "Outbound task callbacks by result",
             ["result"],
             registry=self.registry,
         )
@@ -117,10 +120,12 @@ class ApiMetrics:
         resources: Mapping[str, dict[str, Any]],
         window: Window,
         upstream: Mapping[str, float] | None = None,
+        callbacks_out: Mapping[str, int] | None = None,
     ) -> bytes:
         self._snapshot.by_status = dict(stats.by_status)
         self._snapshot.resources = dict(resources)
         self._snapshot.upstream = dict(upstream or {})
+        self._snapshot.callbacks_out = dict(callbacks_out or {})
         self.observe_window(window)
         return generate_latest(self.registry)
 

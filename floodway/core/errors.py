@@ -8,6 +8,7 @@
     │   ├── StoreError           the ledger's database cannot be opened or used
     │   └── LimiterUnavailable   the shared limiter (Redis) cannot be reached
     ├── IllegalTransition        a status change that the states table forbids
+    │   └── AttemptStillOpen     a retry while the task's last call may still be running
     ├── TaskNotFound             no such task (or not the caller's tenant)
     ├── UnknownKind              a kind nobody declared
     ├── InvalidInput             input that is not a JSON object, too deep, ...
@@ -57,6 +58,22 @@ class IllegalTransition(FloodwayError):
         self.frm, self.to = frm, to
         msg = f"illegal transition {frm} -> {to}"
         super().__init__(f"{msg}: {detail}" if detail else msg)
+
+
+class AttemptStillOpen(IllegalTransition):
+    """A manual retry of a task whose last call may still be running at the provider (its
+    worker died mid-call): starting the work again could pay for it twice. ``until`` is when
+    that call will have ended at the latest (the kind's timeout after it started)."""
+
+    def __init__(self, task_id: str, frm: str, until: float, now: float) -> None:
+        self.task_id, self.until = task_id, until
+        self.retry_after = max(0.0, until - now)
+        super().__init__(
+            frm,
+            "queued",
+            f"task {task_id}'s last call may still be running at the provider (its worker "
+            f"died mid-call); retry it in {self.retry_after:.0f}s, when that call has ended",
+        )
 
 
 class TaskNotFound(FloodwayError):

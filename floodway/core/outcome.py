@@ -49,7 +49,15 @@ Outcome = Succeeded | Failed | Cancelled | Parked
 
 @dataclass(frozen=True)
 class Completion:
-    """One compare-and-set: ``task_id`` in ``expected`` held by ``lease_token`` -> ``to``."""
+    """One compare-and-set: ``task_id`` in ``expected`` held by ``lease_token`` -> ``to``.
+
+    The task's status and its *attempt* are two things. Usually the write ends both: the call
+    is over. But a task can end while its call may still be running at the provider (its
+    deadline passed mid-call, or it was cancelled while others wait for the same work); then
+    the attempt stays open (``keep_attempt``): it keeps its lease, its provider slot and the
+    work, and its worker's last write closes it, handing a late success to whoever waits for
+    the work. When the worker died mid-call, nobody can close the attempt, so it stays open
+    until the call could have ended (``orphan_until``): nobody starts the same work before."""
 
     task_id: str
     to: Status
@@ -63,6 +71,14 @@ class Completion:
     cost_actual: float | None = None
     #: the task is parked on an upstream job (no lease): the CAS checks ``parked`` instead
     parked: bool = False
+    #: the task's call goes on after this write (its worker holds the lease and will close it)
+    keep_attempt: bool = False
+    #: the task's call may go on without a worker until then (its worker died mid-call)
+    orphan_until: float | None = None
+
+    @property
+    def closes_attempt(self) -> bool:
+        return not self.keep_attempt and self.orphan_until is None
 
 
 def from_running(
@@ -75,6 +91,7 @@ def from_running(
     refund_attempt: bool = False,
     invalid_output: bool = False,
     cost_actual: float | None = None,
+    orphan_until: float | None = None,
 ) -> Completion:
     """The compare-and-set that moves a running ``task``, held by its lease, to ``to``."""
     return Completion(
@@ -88,6 +105,7 @@ def from_running(
         refund_attempt=refund_attempt,
         invalid_output=invalid_output,
         cost_actual=cost_actual,
+        orphan_until=orphan_until,
     )
 
 
@@ -99,3 +117,6 @@ class Applied:
     applied: bool
     status: Status | None = None  # the status now stored (whoever wrote it)
     released: tuple[str, ...] = ()  # waiters resolved or promoted by this completion
+    #: the write found the task ended meanwhile, its attempt still open under our lease, and
+    #: closed the attempt (a late success was kept for the work; the work went on otherwise)
+    closed: bool = False

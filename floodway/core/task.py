@@ -80,6 +80,7 @@ class Task:
     lease_owner: str | None = None
     lease_token: str | None = None
     lease_expires_at: float | None = None
+    attempt_at: float | None = None  # when the current (or last) attempt was claimed
     invalid_outputs: int = 0
     cancel_requested: bool = False
     poll_attempts: int = 0

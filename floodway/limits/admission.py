@@ -303,6 +303,23 @@ class LimitsAdmission:
         for key in self._slot_keys(permit, self._plan(permit.resource)):
             await self._backend.release_slot(key, permit.task_id)
 
+    async def hold(self, permit: Permit, until: float) -> None:
+        """Keep the permit's provider slot until ``until`` (taken again, over the limit if need
+        be, when it was lost): a call whose end floodway cannot see, its worker having died
+        mid-call, still counts at the provider. Its tenant slot is freed: tenant caps are
+        floodway's fairness, not the provider's limit. Best effort, like :meth:`settle`."""
+        plan = self._plan(permit.resource)
+        ttl = until - self._clock.now()
+        try:
+            if plan is not None and permit.holds.get(SLOT) and ttl > 0:
+                await self._backend.hold_slot(plan.slot_key, permit.task_id, ttl)
+            elif plan is not None and permit.holds.get(SLOT):
+                await self._backend.release_slot(plan.slot_key, permit.task_id)
+            if permit.holds.get(TENANT_SLOT):
+                await self._backend.release_slot(tenant_slot_key(permit.tenant), permit.task_id)
+        except LimiterUnavailable as exc:
+            log.warning("could not hold the slot of %s: %s", permit.task_id, exc)
+
     def permit_for(self, task_id: str, kind: str, tenant: str, cost: float) -> Permit:
         """The permit an admitted task of this kind holds, rebuilt from the task row, so
         another process (a webhook, a sweeper) can settle or release it."""

@@ -130,6 +130,11 @@ class LimiterBackend(Protocol):
         expired, and stays gone."""
         ...
 
+    async def hold_slot(self, key: str, slot_id: str, ttl_s: float) -> None:
+        """Hold ``slot_id`` under ``key`` until ``ttl_s`` from now at least, taking it even
+        over the limit: it stands for a call running at the provider that must count."""
+        ...
+
     async def slots_in_use(self, key: str) -> int:
         """Slots held and not expired."""
         ...

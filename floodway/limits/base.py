@@ -76,6 +76,11 @@ class Admission(Protocol):
         """Free a permit's slots only (a dead worker's task, reconciled by the sweeper)."""
         ...
 
+    async def hold(self, permit: Permit, until: float) -> None:
+        """Keep the permit's provider slot until ``until`` (a call that may still be running
+        at the provider, its worker dead, still counts); free the rest."""
+        ...
+
     def permit_for(self, task_id: str, kind: str, tenant: str, cost: float) -> Permit:
         """The permit a task of ``kind`` holds, rebuilt from its row by another process."""
         ...
@@ -132,6 +137,9 @@ class NoLimits:
         return []
 
     async def release_slots(self, permit: Permit) -> None:
+        return None
+
+    async def hold(self, permit: Permit, until: float) -> None:
         return None
 
     def permit_for(self, task_id: str, kind: str, tenant: str, cost: float) -> Permit:

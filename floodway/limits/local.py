@@ -119,6 +119,12 @@ class LocalLimiterBackend:
         slots[slot_id] = max(slots[slot_id], now + ttl_s)
         return True
 
+    async def hold_slot(self, key: str, slot_id: str, ttl_s: float) -> None:
+        now = self._clock.now()
+        slots = self._live_slots(key, now)
+        slots[slot_id] = max(slots.get(slot_id, now), now + ttl_s)
+        self._slots[key] = slots
+
     async def slots_in_use(self, key: str) -> int:
         return len(self._live_slots(key, self._clock.now()))
 

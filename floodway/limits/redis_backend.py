@@ -67,6 +67,7 @@ class RedisLimiterBackend:
         self._level = client.register_script(lua.LEVEL)
         self._renew = client.register_script(lua.RENEW_SLOT)
         self._in_use = client.register_script(lua.SLOTS_IN_USE)
+        self._hold = client.register_script(lua.HOLD_SLOT)
         self._decrease = client.register_script(lua.DECREASE_RATE)
         self._increase = client.register_script(lua.INCREASE_RATE)
         self._pause = client.register_script(lua.PAUSE)
@@ -167,6 +168,9 @@ class RedisLimiterBackend:
         held, epoch = await self._script(self._renew, keys, args)
         self._saw_epoch(float(epoch))
         return int(held) == 1
+
+    async def hold_slot(self, key: str, slot_id: str, ttl_s: float) -> None:
+        await self._script(self._hold, [self.key(key)], [slot_id, ttl_s * 1000])
 
     async def slots_in_use(self, key: str) -> int:
         return int(await self._script(self._in_use, [self.key(key)], []))

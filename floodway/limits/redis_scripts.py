@@ -202,6 +202,22 @@ return {1, fmt(epoch)}
 """
 )
 
+# KEYS: slot set. ARGV: slot_id, ttl_ms. Takes the slot until now + ttl (or keeps a later
+# expiry), over the limit if need be.
+HOLD_SLOT = (
+    _PRELUDE
+    + """
+local ttl = tonumber(ARGV[2])
+local expiry = now_ms() + ttl
+local current = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
+if not current or current < expiry then
+  redis.call('ZADD', KEYS[1], fmt(expiry), ARGV[1])
+end
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], math.ceil(ttl)) end
+return 1
+"""
+)
+
 # KEYS: slot set. Returns the slots whose expiry is still ahead.
 SLOTS_IN_USE = (
     _PRELUDE

@@ -1,58 +1,70 @@
-"""The maintenance services, run by one elected leader at a time."""
+"""The maintenance services, run wherever workers run: one elected leader per ledger sweeps
+(recovery, orphaned calls, deadlines) and purges (retention); one deliverer sends the outbound
+callbacks; and each process watches for peers that share its ledger without sharing its
+limits."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 
-from floodway.core.task import new_token
+from floodway.core.owners import owner_name
+from floodway.maintenance.leader import lead
+from floodway.maintenance.limits_watch import LocalLimitsWatch
+from floodway.maintenance.outbox import Outbox
 from floodway.maintenance.sweeper import Sweeper
 from floodway.runtime import Runtime
 from floodway.store.base import Purged, Retention
 
 log = logging.getLogger("floodway.maintenance")
 
+LEADER_NAME = "maintenance"
+
 
 class Retainer:
-    """Results and errors expire, rows are purged, request keys expire."""
+    """Results and errors expire and rows are purged (``[retention]``); request keys carry
+    their own expiry from their insert."""
 
-    def __init__(self, runtime: Runtime, results_s: float, rows_s: float, keys_s: float) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self.results_s, self.rows_s, self.keys_s = results_s, rows_s, keys_s
 
     async def run_once(self) -> Purged:
+        r = self.runtime.settings.retention
         return await self.runtime.store.purge(
-            Retention(self.runtime.clock.now(), self.results_s, self.rows_s, self.keys_s)
+            Retention(self.runtime.clock.now(), r.results, r.rows)
         )
 
 
 class Maintenance:
+    _numbers = itertools.count(1)
+
     def __init__(
         self,
         runtime: Runtime,
         *,
         sweep_every_s: float = 1.0,
         purge_every_s: float = 60.0,
-        results_s: float = 7 * 86400,
-        rows_s: float = 30 * 86400,
-        keys_s: float = 24 * 3600,
-        owner: str | None = None,
+        workers: tuple[str, ...] = (),
     ) -> None:
         self.runtime = runtime
         self.sweeper = Sweeper(runtime)
-        self.retainer = Retainer(runtime, results_s, rows_s, keys_s)
+        self.retainer = Retainer(runtime)
+        self.outbox = Outbox(runtime)
+        self.watch = LocalLimitsWatch(runtime, workers)
         self.sweep_every_s = sweep_every_s
         self.purge_every_s = purge_every_s
-        self.owner = owner or f"maint-{new_token()[:8]}"
+        self.owner = owner_name(runtime.store.identity, f"m{next(self._numbers)}")
         self._task: asyncio.Task[None] | None = None
         self.is_leader = False
 
     async def tick(self) -> bool:
         """One round if we lead (or become leader); True if we did the work."""
         runtime = self.runtime
-        self.is_leader = await runtime.store.try_lead(
-            "maintenance", self.owner, runtime.clock.now(), self.sweep_every_s * 5
+        now = runtime.clock.now()
+        self.is_leader = await lead(
+            runtime.store, LEADER_NAME, self.owner, now, self.sweep_every_s * 5
         )
         if self.is_leader:
             await self.sweeper.run_once()
@@ -73,8 +85,12 @@ class Maintenance:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="floodway-maintenance")
+        self.outbox.start()
+        self.watch.start()
 
     async def stop(self) -> None:
+        await self.watch.stop()
+        await self.outbox.stop()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

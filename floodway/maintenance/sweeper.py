@@ -1,21 +1,35 @@
 """Recovery and deadlines: the sweeper finds what dead workers left behind.
 
-A running task whose lease expired belongs to a dead worker. Reconcile it (DESIGN section 3):
-an upstream job already submitted -> resume it (the handler sees ``ctx.upstream_ref``); the
-provider can look the work up by idempotency key -> take its result; else resubmit if the kind
-is idempotent upstream, otherwise fail it as ``interrupted``. Tasks past their deadline end
-as ``timeout``.
+A worker is dead when the ledger says its process is (its liveness lock is free: the kernel or
+the database server released it when the process died, so this is known at once), or, for a
+worker that hangs, when its lease expires. Each open attempt it held is reconciled:
+
+- the task is still ``running``: an upstream job already submitted -> resume it (the handler
+  sees ``ctx.upstream_ref``); the provider can look the work up by its key -> take the result;
+  the provider honours the key -> resubmit (it replays instead of billing again); otherwise
+  -> ``failed`` (``interrupted``);
+- whatever the task became, a call that may still be running at the provider keeps its
+  provider slot and the work until it could have ended (the attempt's start plus the kind's
+  ``timeout``), unless something proved it ended: nobody pays for the same work twice and the
+  provider never sees more than the configured concurrency. Then the attempt is closed, with
+  a last look-up where the provider has one (a late success is kept).
+
+Tasks past their deadline end as ``timeout``; a task whose call is running keeps the call going
+(its worker closes the attempt; a late success is kept for the same work).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from floodway.core.outcome import Completion, Failed, from_running
-from floodway.core.states import Status
+from floodway.core.outcome import Completion, Failed, Succeeded, from_running
+from floodway.core.owners import identity_of
+from floodway.core.states import TERMINAL, Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task
+from floodway.kinds import KindSpec
+from floodway.limits.base import Permit
 from floodway.runtime import Runtime
 
 log = logging.getLogger("floodway.sweeper")
@@ -25,6 +39,7 @@ log = logging.getLogger("floodway.sweeper")
 class SweepReport:
     recovered: int = 0  # resumed, looked up or resubmitted
     interrupted: int = 0
+    orphans_closed: int = 0
     timed_out: int = 0
 
 
@@ -34,42 +49,66 @@ class Sweeper:
         self.batch = batch
 
     async def run_once(self) -> SweepReport:
-        report = SweepReport()
-        now = self.runtime.clock.now()
-        for task in await self.runtime.store.expired_leases(now, self.batch):
-            item = await self._reconcile(task)
-            if item is None:
-                continue
-            applied = await self.runtime.store.complete([item], self.runtime.clock.now())
-            if applied[0].applied:
-                # The dead worker's provider slot is free now (its tokens stay spent).
-                admission = self.runtime.admission
-                await admission.release_slots(
-                    admission.permit_for(task.id, task.kind, task.tenant, task.cost_estimated)
-                )
-                if item.to is Status.FAILED:
-                    report.interrupted += 1
-                else:
-                    report.recovered += 1
-                await self.runtime.after_completion(task, item, applied[0])
+        report = await self.recover()
+        report.orphans_closed = await self._close_orphans()
         report.timed_out = await self._deadlines()
         return report
 
-    async def _reconcile(self, task: Task) -> Completion | None:
+    # -- dead workers ---------------------------------------------------------------------------
+    async def recover(self) -> SweepReport:
+        """Reconcile every open attempt whose worker is dead (its process, or its lease)."""
+        report = SweepReport()
+        store, now = self.runtime.store, self.runtime.clock.now()
+        owners = await store.lease_owners()
+        dead = await store.dead(sorted(_identities(owners))) if owners else set()
+        found = await store.expired_leases(now, self.batch)
+        if dead:
+            of_dead = [o for o in owners if identity_of(o) in dead]
+            found += await store.attempts_of(of_dead, self.batch)
+        for task in {t.id: t for t in found}.values():
+            await self._reconcile(task, report)
+        if dead:  # once all its attempts are reconciled, a dead process is forgotten
+            for identity in dead - _identities(await store.lease_owners()):
+                await store.forget(identity)
+        return report
+
+    async def _reconcile(self, task: Task, report: SweepReport) -> None:
         runtime = self.runtime
         if task.kind not in runtime.kinds:
             log.warning("task %s of kind %r: no handler here to reconcile it", task.id, task.kind)
-            return None
+            return
         spec = runtime.kinds.get(task.kind)
+        bound = spec.call_ends_by(task)
+        if task.status in TERMINAL:  # it ended, its call went on, and now its worker is gone
+            assert task.lease_token is not None
+            now = runtime.clock.now()
+            if await runtime.store.orphan_attempt(task.id, task.lease_token, bound, now):
+                await runtime.admission.hold(self._permit(task), bound)
+            return
+        item = await self._decide(task, spec, bound)
+        if item is None:
+            return
+        (applied,) = await runtime.store.complete([item], runtime.clock.now())
+        if not applied.applied:
+            return
+        if item.orphan_until is not None:  # the call may go on: its slot is still taken
+            await runtime.admission.hold(self._permit(task), item.orphan_until)
+        else:  # the dead worker's provider slot is free now (its tokens stay spent)
+            await runtime.admission.release_slots(self._permit(task))
+        if item.to is Status.FAILED:
+            report.interrupted += 1
+        else:
+            report.recovered += 1
+        await runtime.after_completion(task, item, applied)
+
+    async def _decide(self, task: Task, spec: KindSpec, bound: float) -> Completion | None:
+        runtime = self.runtime
         now = runtime.clock.now()
-
-        def to(status: Status, **kw: Any) -> Completion:
-            return from_running(task, status, **kw)
-
         if task.upstream_ref is not None:
             # The provider is (or was) working on it: run the handler again, which resumes
             # the recorded job instead of submitting it anew. Not the task's fault: no attempt.
-            return to(
+            return from_running(
+                task,
                 Status.RETRYING,
                 next_attempt_at=now,
                 refund_attempt=True,
@@ -86,38 +125,75 @@ class Sweeper:
                 log.warning("lookup of %s failed: %s; retrying later", task.id, exc)
                 return None
             if found is not None:
-                return to(Status.SUCCEEDED, result=found)
-        interrupted = ErrorInfo(
-            ErrorClass.INTERRUPTED,
-            "worker_lost",
-            f"the worker holding the task died (lease of {task.lease_owner} expired)",
-        )
+                return from_running(task, Status.SUCCEEDED, result=found)
+        message = f"the worker holding the task died mid-call ({task.lease_owner})"
         if spec.idempotent:
-            retry = Failed(ErrorInfo(ErrorClass.RETRYABLE, "worker_lost", interrupted.message))
+            # The provider honours the key: a resubmission joins or replays the same job.
+            retry = Failed(ErrorInfo(ErrorClass.RETRYABLE, "worker_lost", message))
             return runtime.policy.decide(task, retry, now)
-        return to(Status.FAILED, error=interrupted)
+        interrupted = ErrorInfo(ErrorClass.INTERRUPTED, "worker_lost", message)
+        return from_running(task, Status.FAILED, error=interrupted, orphan_until=max(bound, now))
 
+    # -- calls nobody could see end -------------------------------------------------------------
+    async def _close_orphans(self) -> int:
+        """Close the attempts left open without a worker whose call has surely ended now, with
+        a last look-up where the provider has one: a late success is the work's result."""
+        runtime = self.runtime
+        closed = 0
+        for task in await runtime.store.ended_orphans(runtime.clock.now(), self.batch):
+            assert task.lease_token is not None
+            result = await self._look_up(task)
+            now = runtime.clock.now()
+            if await runtime.store.close_attempt(task.id, task.lease_token, result, now):
+                await runtime.admission.release_slots(self._permit(task))
+                closed += 1
+        return closed
+
+    async def _look_up(self, task: Task) -> Succeeded | None:
+        runtime = self.runtime
+        if task.kind not in runtime.kinds:
+            return None
+        lookup = runtime.kinds.get(task.kind).lookup
+        if lookup is None:
+            return None
+        try:
+            found = await lookup(runtime.context(task))
+        except Exception as exc:
+            log.warning("last look-up of %s failed: %s", task.id, exc)
+            return None
+        return None if found is None else Succeeded(found)
+
+    # -- deadlines ------------------------------------------------------------------------------
     async def _deadlines(self) -> int:
         runtime = self.runtime
         count = 0
+        error = ErrorInfo(ErrorClass.TIMEOUT, "deadline", "the task's deadline passed")
         for task in await runtime.store.past_deadline(runtime.clock.now(), self.batch):
-            error = ErrorInfo(ErrorClass.TIMEOUT, "deadline", "the task's deadline passed")
+            running = task.status is Status.RUNNING
             item = Completion(
                 task.id,
                 Status.TIMEOUT,
                 task.status,
-                task.lease_token if task.status is Status.RUNNING else None,
+                task.lease_token if running else None,
                 error=error,
                 # a parked task (waiting on its upstream job) has no lease: the CAS checks parked
                 parked=task.parked,
+                # a call in flight goes on: its worker closes the attempt, keeping a late
+                # success for the same work, and gives the provider slot back then
+                keep_attempt=running and not task.parked,
             )
-            applied = await runtime.store.complete([item], runtime.clock.now())
-            if applied[0].applied and task.status is Status.RUNNING:
-                # a running or parked task held a provider slot: give it back
-                await runtime.admission.release_slots(
-                    runtime.admission.permit_for(
-                        task.id, task.kind, task.tenant, task.cost_estimated
-                    )
-                )
-            count += applied[0].applied
+            (applied,) = await runtime.store.complete([item], runtime.clock.now())
+            if applied.applied and task.parked:
+                # the upstream job was given up on: its provider slot is free
+                await runtime.admission.release_slots(self._permit(task))
+            count += applied.applied
         return count
+
+    def _permit(self, task: Task) -> Permit:
+        return self.runtime.admission.permit_for(
+            task.id, task.kind, task.tenant, task.cost_estimated
+        )
+
+
+def _identities(owners: Iterable[str]) -> set[str]:
+    return {i for o in owners if (i := identity_of(o)) is not None}

@@ -1,8 +1,9 @@
-"""The store seam: what the engine asks of a ledger, named by domain verbs.
+"""The store seam: what the rest of floodway asks of a ledger, named by domain verbs.
 
 Every verb takes ``now`` from the caller's clock (never the database's), so a fake clock
 reaches SQL. Every status write is a compare-and-set on (status, lease token) and checks the
-states table first; result and status land in one transaction.
+states table first; result and status land in one transaction. The rules behind the verbs are
+written once (:mod:`floodway.store.rules`); the two backends run them.
 """
 
 from __future__ import annotations
@@ -11,9 +12,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from floodway.core.outcome import Applied, Completion
+from floodway.core.outcome import Applied, Completion, Succeeded
 from floodway.core.states import Status
 from floodway.core.task import Candidate, Lane, NewTask, Submitted, Task
+
+
+@dataclass(frozen=True)
+class BatchKey:
+    """The request key of a whole batch: the same key with another list of tasks is a
+    conflict, not a mix of old and new tasks."""
+
+    key: str
+    request_hash: str
+    ttl_s: float
 
 
 @dataclass(frozen=True)
@@ -57,9 +68,8 @@ class HeartbeatResult:
 @dataclass(frozen=True)
 class Retention:
     now: float
-    result_ttl_s: float = 7 * 86400
-    row_ttl_s: float = 30 * 86400
-    key_ttl_s: float = 24 * 3600
+    result_ttl_s: float
+    row_ttl_s: float
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,12 @@ class TaskChange:
     tenant: str
 
 
+@dataclass(frozen=True)
+class Leader:
+    owner: str
+    expires_at: float
+
+
 ChangeListener = Callable[[Sequence[TaskChange]], None]
 
 
@@ -99,6 +115,10 @@ class Store(Protocol):
     """A durable ledger of tasks. Implementations: SQLite (embedded), PostgreSQL (fleet)."""
 
     url: str
+    #: this process's identity on the ledger (:mod:`floodway.core.owners`); from open to close
+    #: the store holds its liveness lock, which the operating system (SQLite) or the database
+    #: server (PostgreSQL) frees when the process dies, whatever kills it
+    identity: str
 
     async def open(self) -> None:
         """Connect and apply pending migrations."""
@@ -115,10 +135,13 @@ class Store(Protocol):
         ...
 
     # -- submit and read -------------------------------------------------------------------
-    async def submit(self, new: Sequence[NewTask], now: float) -> list[Submitted]:
+    async def submit(
+        self, new: Sequence[NewTask], now: float, *, batch_key: BatchKey | None = None
+    ) -> list[Submitted]:
         """Insert tasks (one transaction). Applies the request key (same key -> same task,
         other body -> IdempotencyConflict), the work fingerprint (succeeded -> ``deduped``,
-        in flight -> waits for it) and the per-tenant interactive depth limit."""
+        in flight -> waits for it, lending it its urgency) and the per-tenant interactive
+        depth limit."""
         ...
 
     async def get(self, task_id: str, tenant: str | None = None) -> Task | None: ...
@@ -127,7 +150,9 @@ class Store(Protocol):
 
     async def events(self, task_id: str, after_seq: int = 0) -> list[TaskEvent]: ...
 
-    async def stats(self) -> StoreStats: ...
+    async def stats(self, tenant: str | None = None) -> StoreStats:
+        """Tasks per kind and status: one tenant's, or (None) everyone's."""
+        ...
 
     async def batch_counts(self, batch_id: str, tenant: str | None) -> dict[str, int]:
         """Tasks of a batch per status (empty: no such batch for this tenant)."""
@@ -144,7 +169,9 @@ class Store(Protocol):
         ...
 
     async def complete(self, items: Sequence[Completion], now: float) -> list[Applied]:
-        """Compare-and-set many status writes in one transaction."""
+        """Compare-and-set many status writes in one transaction. A running task's write that
+        finds the task ended meanwhile with its attempt still open under the same lease closes
+        that attempt (:attr:`Applied.closed`)."""
         ...
 
     async def heartbeat(
@@ -190,16 +217,53 @@ class Store(Protocol):
 
     # -- requests from people ---------------------------------------------------------------
     async def request_cancel(self, task_id: str, tenant: str | None, now: float) -> Task:
-        """queued/retrying -> cancelled at once; running -> flag for its worker. Terminal ->
-        IllegalTransition."""
+        """queued/retrying -> cancelled at once; running -> flag for its worker, or, when
+        others wait for the same work, cancelled at once with the call going on for them.
+        Terminal -> IllegalTransition."""
         ...
 
     async def manual_retry(self, task_id: str, tenant: str | None, now: float) -> Task:
-        """failed/dead/timeout -> queued with a fresh attempt budget."""
+        """failed/dead/timeout -> queued with a fresh attempt budget, then the work rule of a
+        submit: its result if the work succeeded meanwhile (``deduped``), a wait if it is in
+        flight. Refused (:class:`~floodway.core.errors.AttemptStillOpen`) while the task's
+        last call may still be running at the provider."""
         ...
 
-    # -- maintenance ----------------------------------------------------------------------
-    async def expired_leases(self, now: float, limit: int) -> list[Task]: ...
+    # -- recovery and maintenance -----------------------------------------------------------
+    async def open_attempts(self, limit: int) -> list[Task]:
+        """Tasks with an attempt still open (a call that may be running at the provider):
+        running ones, and ended ones whose call goes on."""
+        ...
+
+    async def lease_owners(self) -> list[str]:
+        """Who holds the open attempts' leases (one name per worker)."""
+        ...
+
+    async def expired_leases(self, now: float, limit: int) -> list[Task]:
+        """Open attempts whose worker's lease expired: their worker is presumed dead."""
+        ...
+
+    async def attempts_of(self, owners: Sequence[str], limit: int) -> list[Task]:
+        """Open attempts held by these lease owners."""
+        ...
+
+    async def orphan_attempt(
+        self, task_id: str, lease_token: str, until: float, now: float
+    ) -> bool:
+        """An ended task's open attempt lost its worker: it stays open, without a worker,
+        until ``until`` (when its call could have ended at the latest)."""
+        ...
+
+    async def ended_orphans(self, now: float, limit: int) -> list[Task]:
+        """Attempts left open without a worker whose time is up."""
+        ...
+
+    async def close_attempt(
+        self, task_id: str, lease_token: str, result: Succeeded | None, now: float
+    ) -> bool:
+        """Close an open attempt: a success (found by a lookup) becomes the work's result and
+        its waiters' (the task's status stays what it is); otherwise the work passes on."""
+        ...
 
     async def past_deadline(self, now: float, limit: int) -> list[Task]: ...
 
@@ -207,4 +271,23 @@ class Store(Protocol):
 
     async def try_lead(self, name: str, owner: str, now: float, ttl_s: float) -> bool:
         """Become (or stay) the one leader for ``name`` until ``now + ttl_s``."""
+        ...
+
+    async def leader(self, name: str) -> Leader | None:
+        """Who leads ``name`` now (possibly a dead process whose lease has not expired)."""
+        ...
+
+    async def take_lead(self, name: str, owner: str, dead: str, now: float, ttl_s: float) -> bool:
+        """Take the lead of ``name`` from ``dead`` (known dead), if it still holds it."""
+        ...
+
+    # -- liveness: a process's death is seen at once, not after its leases expire ----------
+    async def dead(self, identities: Sequence[str]) -> set[str]:
+        """Those of ``identities`` whose process is certainly dead (its liveness lock is free).
+        A process that never held the lock here, or not since the server last restarted, is
+        not judged (its leases still expire)."""
+        ...
+
+    async def forget(self, identity: str) -> None:
+        """Drop what is kept about a dead process whose attempts have all been reconciled."""
         ...

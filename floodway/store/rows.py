@@ -53,6 +53,7 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
         lease_owner=row["lease_owner"],
         lease_token=row["lease_token"],
         lease_expires_at=row["lease_expires_at"],
+        attempt_at=row["attempt_at"],
         invalid_outputs=row["invalid_outputs"],
         cancel_requested=bool(row["cancel_requested"]),
         poll_attempts=row["poll_attempts"],
@@ -123,6 +124,10 @@ def completion_params(item: Completion, now: float) -> dict[str, Any]:
         "terminal": item.to in TERMINAL,
         "now": now,
         "parked": item.parked,
+        # The attempt: closed (lease cleared), kept (its worker's lease as it is), or left
+        # open without a worker until ``orphan_until``.
+        "keep_attempt": item.keep_attempt,
+        "orphan_until": item.orphan_until,
     }
 
 

@@ -18,10 +18,14 @@ from floodway.retry import RetryPolicy
 
 
 async def execute(spec: KindSpec, ctx: Context, policy: RetryPolicy, clock: Clock) -> Outcome:
-    """Never raises (but CancelledError when the worker itself is being torn down)."""
-    budget = _time_budget(spec, ctx, clock)
-    if budget is not None and budget <= 0:
-        return _deadline_outcome(ctx)
+    """Never raises (but CancelledError when the worker itself is being torn down).
+
+    A call may take the kind's timeout. It is not cut at the task's deadline: the provider
+    would go on (and bill) all the same, so the deadline ends the task (the sweeper writes
+    ``timeout``) while the call ends on its own, and a late success is kept for the work."""
+    if ctx.deadline_at is not None and clock.now() >= ctx.deadline_at:
+        return _deadline_outcome(ctx)  # claimed past its deadline: no call at all
+    budget = spec.timeout_s
     run = asyncio.ensure_future(spec.handler(ctx, ctx.task.input))
     cancel_watch = asyncio.ensure_future(ctx.cancelled.wait())
     try:
@@ -62,15 +66,6 @@ async def execute(spec: KindSpec, ctx: Context, policy: RetryPolicy, clock: Cloc
             failed = policy.classify(InvalidOutput(f"output fails the schema: {exc.message}"))
             return Failed(failed.error, usage=ctx.usage)
     return Succeeded(result, ctx.usage)
-
-
-def _time_budget(spec: KindSpec, ctx: Context, clock: Clock) -> float | None:
-    limits = []
-    if spec.timeout_s is not None:
-        limits.append(spec.timeout_s)
-    if ctx.deadline_at is not None:
-        limits.append(ctx.deadline_at - clock.now())
-    return min(limits) if limits else None
 
 
 def _deadline_outcome(ctx: Context) -> Failed:

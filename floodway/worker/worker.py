@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import heapq
+import itertools
 import logging
-import os
-import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 from floodway.clock import wait_event
+from floodway.config import WorkerConfig
 from floodway.context import Context
 from floodway.core.errors import Unavailable
 from floodway.core.outcome import Completion, Failed, Parked
+from floodway.core.owners import owner_name
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task, new_token
 from floodway.limits.base import Permit, Settlement
@@ -29,6 +32,10 @@ from floodway.worker.executor import execute
 from floodway.worker.upstream import UpstreamPoller
 
 log = logging.getLogger("floodway.worker")
+
+_DEFAULTS = WorkerConfig()
+#: open attempts whose provider slots a starting worker holds again, at most
+OPEN_ATTEMPTS_HELD = 10_000
 
 
 @dataclass
@@ -42,21 +49,39 @@ class _Running:
 
 @dataclass
 class WorkerOptions:
-    concurrency: int = 20
-    lease_s: float = 30.0
-    heartbeat_s: float = 2.0
-    grace_s: float = 10.0
-    claim_batch: int = 64
+    concurrency: int = _DEFAULTS.concurrency
+    lease_s: float = _DEFAULTS.lease
+    #: renew leases this often: well within a lease, at most every 2 s (the limiter's
+    #: recovery window counts on it)
+    heartbeat_s: float = min(2.0, _DEFAULTS.lease / 3)
+    grace_s: float = _DEFAULTS.grace
+    claim_batch: int = _DEFAULTS.claim_batch
     idle_poll_s: float = 1.0
-    owner: str = field(
-        default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{new_token()[:6]}"
-    )
+    #: the lease owner's name; default: this process's identity on the ledger and a number
+    owner: str | None = None
+
+    @classmethod
+    def from_config(cls, cfg: WorkerConfig, **overrides: Any) -> WorkerOptions:
+        options = cls(
+            concurrency=cfg.concurrency,
+            lease_s=cfg.lease,
+            heartbeat_s=min(2.0, cfg.lease / 3),
+            grace_s=cfg.grace,
+            claim_batch=cfg.claim_batch,
+        )
+        return dataclasses.replace(options, **overrides)
 
 
 class Worker:
+    _numbers = itertools.count(1)
+
     def __init__(self, runtime: Runtime, options: WorkerOptions | None = None) -> None:
         self.runtime = runtime
-        self.options = options or WorkerOptions()
+        options = options or WorkerOptions()
+        if options.owner is None:
+            owner = owner_name(runtime.store.identity, f"w{next(self._numbers)}")
+            options = dataclasses.replace(options, owner=owner)
+        self.options = options
         self.running: dict[str, _Running] = {}
         self._stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
@@ -77,9 +102,13 @@ class Worker:
 
     @property
     def owner(self) -> str:
+        assert self.options.owner is not None  # named in __init__
         return self.options.owner
 
     async def start(self) -> None:
+        """Before the first claim, count the calls that may still be running at the provider
+        for tasks of a process that died: their slots are held until those calls have ended."""
+        await self._hold_open_attempts()
         self._loops = [
             asyncio.create_task(self._dispatch_loop(), name="floodway-dispatch"),
             asyncio.create_task(self._heartbeat_loop(), name="floodway-heartbeat"),
@@ -108,6 +137,24 @@ class Worker:
         for loop in self._loops:
             with contextlib.suppress(asyncio.CancelledError):
                 await loop
+
+    async def _hold_open_attempts(self) -> None:
+        """In-process limits start empty: a process that restarts after a crash would
+        otherwise send new calls beside the ones the provider still serves for the dead
+        process. With Redis the slots outlive the process, and holding them again is
+        harmless."""
+        runtime = self.runtime
+        for task in await runtime.store.open_attempts(OPEN_ATTEMPTS_HELD):
+            if task.kind not in runtime.kinds:
+                continue
+            if task.lease_owner is None:  # its worker died: held until its call could end
+                until = task.lease_expires_at or runtime.clock.now()
+            else:
+                until = runtime.kinds.get(task.kind).call_ends_by(task)
+            permit = runtime.admission.permit_for(
+                task.id, task.kind, task.tenant, task.cost_estimated
+            )
+            await runtime.admission.hold(permit, until)
 
     def cancel_local(self, task_id: str) -> bool:
         """Deliver a cancel request to a task running in this process, at once."""
@@ -288,21 +335,21 @@ class Worker:
                 log.warning("task %s: lease lost, result dropped", run.task.id)
                 return
             try:
-                applied = [await self.completer.write(item)]
+                applied = await self.completer.write(item)
             except Exception:
                 # The lease will expire and the sweeper will reconcile the task.
                 log.exception("could not write the outcome of %s", run.task.id)
                 return
-            if applied[0].applied and item.next_attempt_at is not None:
+            if applied.applied and item.next_attempt_at is not None:
                 heapq.heappush(self._due, item.next_attempt_at)
-            if not applied[0].applied:
+            if not applied.applied and not applied.closed:
                 log.warning(
                     "task %s: outcome %s refused (now %s)",
                     run.task.id,
                     item.to.value,
-                    applied[0].status,
+                    applied.status,
                 )
-            await runtime.after_completion(run.task, item, applied[0])
+            await runtime.after_completion(run.task, item, applied)
             self.completed += 1
         finally:
             self.running.pop(run.task.id, None)

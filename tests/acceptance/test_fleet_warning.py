@@ -1,6 +1,6 @@
 """Without Redis, limits are per process: a process that finds other workers on its ledger says
-so (floodway.fleet). Two Floodway instances stand for two processes on one ledger: the watch
-uses only store verbs, so they see each other exactly as separate processes would."""
+so (floodway.maintenance.limits_watch). Two Floodway instances stand for two processes on one
+ledger: the watch uses only store verbs, so they see each other as separate processes would."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from floodway import Floodway
-from floodway.fleet import LocalLimitsWatch, watch_local_limits
+from floodway.maintenance.limits_watch import LocalLimitsWatch
 from floodway.store.base import ClaimParams
 from tests.acceptance.fleet_app import KIND, PG_URL, build, fresh_database
 from tests.support import until
@@ -92,7 +92,8 @@ async def test_the_watch_runs_in_the_background_until_stopped(
     async with process(ledger) as a, process(ledger) as b:
         first = LocalLimitsWatch(a.runtime, identity="host-a:1")
         await first.check_once()
-        watch = watch_local_limits(b.runtime, "host-b:2:w", every_s=0.05)
+        watch = LocalLimitsWatch(b.runtime, ["host-b:2:w"], every_s=0.05)
+        watch.start()
         try:
 
             async def warned() -> bool:

@@ -16,15 +16,12 @@ import pytest
 from fastapi import FastAPI
 
 from floodway import Floodway
-from floodway.api import OutboxOptions, create_app, serving
-from floodway.config import ApiConfig, KindConfig, Settings, TenantConfig
-from floodway.core.backoff import Backoff
+from floodway.api import create_app, serving
+from floodway.config import ApiConfig, CallbacksConfig, KindConfig, Settings, TenantConfig
 from floodway.testing import SimulatedProvider
 
 #: outbound webhooks retried fast, so tests wait on events, never on long sleeps
-FAST_OUTBOX = OutboxOptions(
-    max_attempts=8, backoff=Backoff(base_s=0.01, cap_s=0.05), idle_s=0.05, min_gap_s=0.0
-)
+FAST_CALLBACKS = CallbacksConfig(max_attempts=8, backoff=0.01, max_backoff=0.05)
 
 
 @dataclass
@@ -78,8 +75,6 @@ def start_api(tmp_path: Path, api_stack: AsyncExitStack) -> StartApi:
         handlers: dict[str, Any] | None = None,
         run_workers: bool = True,
         redis: str = "",
-        deliver_webhooks: bool | None = None,
-        outbox_options: OutboxOptions = FAST_OUTBOX,
         sse_recheck_s: float = 0.2,
         configure: Callable[[Floodway, FastAPI], None] | None = None,
     ) -> ApiServer:
@@ -89,6 +84,7 @@ def start_api(tmp_path: Path, api_stack: AsyncExitStack) -> StartApi:
             tenants=TenantConfig(**(tenants or {})),
             kinds=kinds or {},
             redis=redis,
+            callbacks=FAST_CALLBACKS,
         )
         fw = Floodway(settings=settings)
         provider = SimulatedProvider(latency_s=0.01)
@@ -99,8 +95,6 @@ def start_api(tmp_path: Path, api_stack: AsyncExitStack) -> StartApi:
             fw,
             run_workers=run_workers,
             concurrency=8,
-            deliver_webhooks=deliver_webhooks,
-            outbox_options=outbox_options,
             sse_recheck_s=sse_recheck_s,
         )
         if configure is not None:

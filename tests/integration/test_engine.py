@@ -27,7 +27,7 @@ from floodway import (
 from floodway.config import ResourceConfig, Settings
 from floodway.core.outcome import Completion
 from floodway.core.task import ErrorClass, SubmitRequest
-from floodway.maintenance.loop import Retainer
+from floodway.maintenance.loop import Maintenance, Retainer
 from floodway.maintenance.sweeper import Sweeper
 from floodway.serving import serve_app
 from floodway.store.base import ClaimParams
@@ -398,7 +398,7 @@ async def test_retention_clears_results_then_rows_then_keys(fw: Floodway, clock:
     fw.kind("img")(SimulatedProvider().handler)
     async with fw.worker():
         task = await fw.wait((await fw.submit("img", {"p": 1}, key="k1")).id, timeout=5)
-    retainer = Retainer(fw.runtime, results_s=7 * 86400, rows_s=30 * 86400, keys_s=86400)
+    retainer = Retainer(fw.runtime)  # the defaults: results 7 d, rows 30 d, keys 24 h
     await clock.advance(8 * 86400)
     purged = await retainer.run_once()
     assert purged.results_cleared == 1 and purged.keys_expired == 1
@@ -426,7 +426,7 @@ async def test_graceful_stop_releases_without_spending_an_attempt(fw: Floodway) 
 
 async def test_only_one_maintenance_leader(fw: Floodway, clock: FakeClock) -> None:
     await fw.open()
-    a, b = fw.maintenance(), fw.maintenance()
+    a, b = Maintenance(fw.runtime), Maintenance(fw.runtime)
     assert await a.tick() and not await b.tick()
     await clock.advance(60)  # a stopped renewing: b takes over
     assert await b.tick() and not await a.tick()

@@ -80,7 +80,7 @@ async def run_ops(ops: list[tuple[str, int, Status, bool]]) -> None:
             elif name == "tick":
                 now += n * 10
             elif name == "purge":
-                await store.purge(Retention(now, 5, 50, 5))
+                await store.purge(Retention(now, 5, 50))
         for task_id in ids:
             events = await store.events(task_id)
             path = [e.status for e in events]

@@ -72,6 +72,7 @@ async def metrics(state: State) -> Response:
         await resource_snapshot(fw.runtime),
         await state.recent.window(fw.store),
         fw.runtime.upstream.as_dict(),
+        fw.runtime.callbacks_out,
     )
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 

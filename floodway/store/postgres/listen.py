@@ -3,6 +3,10 @@
 Every write transaction that changes a task runs ``pg_notify('floodway_changes', schema)``;
 PostgreSQL delivers it at commit to every listening connection. The feed counts the notices
 for its own schema, and :meth:`ChangeFeed.wait` returns as soon as the count moves.
+
+The same session holds this process's liveness lock (a session-level advisory lock): the
+server frees it when the session ends, which is when the process dies, so the others see the
+death at once. A reconnect takes the lock again and registers anew.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ _BACKOFF_MAX_S = 5.0
 class ChangeFeed:
     """Counts notices on ``floodway_changes`` whose payload is ``schema``."""
 
-    def __init__(self, conn: Conn, connect: Callable[[], Awaitable[Conn]], schema: str) -> None:
+    def __init__(
+        self, conn: Conn, connect: Callable[[], Awaitable[Conn]], schema: str, identity: str
+    ) -> None:
         self._conn: Conn | None = conn  # already LISTENing
         self._connect = connect
         self._schema = schema
@@ -33,6 +39,7 @@ class ChangeFeed:
         self._seen = 0  # generation the last wait() reported
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._identity = identity  # whose liveness lock this session holds
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="floodway-pg-listen")
@@ -43,6 +50,9 @@ class ChangeFeed:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._conn is not None:  # a clean exit: nothing to judge (closing frees the lock)
+            with contextlib.suppress(psycopg.Error):
+                await self._conn.execute(Q["forget_process"], {"identity": self._identity})
         await self._drop()
 
     async def wait(self, timeout: float) -> bool:
@@ -84,7 +94,7 @@ class ChangeFeed:
     async def _listen(self) -> Conn:
         conn = await self._connect()
         try:
-            await conn.execute(Q["listen_changes"])
+            await listen(conn, self._identity)
         except BaseException:
             await conn.close()
             raise
@@ -95,3 +105,14 @@ class ChangeFeed:
         if conn is not None:
             with contextlib.suppress(psycopg.Error):
                 await conn.close()
+
+
+async def listen(conn: Conn, identity: str) -> None:
+    """Make ``conn`` the listening session: LISTEN, and hold ``identity``'s liveness lock
+    (registered with the server's time, so a restart of the server is told apart)."""
+    cur = await conn.execute(Q["lock_liveness"], {"identity": identity})
+    row = await cur.fetchone()
+    if row is None or not row["held"]:
+        raise psycopg.OperationalError(f"the liveness lock of {identity} is held elsewhere")
+    await conn.execute(Q["register_liveness"], {"identity": identity})
+    await conn.execute(Q["listen_changes"])

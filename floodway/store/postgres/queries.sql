@@ -1,7 +1,16 @@
 -- Named queries of the PostgreSQL store. Each block starts with "-- name: NAME"; the names
--- match the SQLite store's wherever the verb exists there (a contract test checks it).
--- Times are parameters (the engine's clock), never the database's. Parameters that may be
--- NULL carry a cast, because PostgreSQL cannot infer the type of an untyped NULL.
+-- match the SQLite store's (a contract test checks it). The ledger's rules decide which to run
+-- (floodway/store/rules.py); this file only says how. Times are parameters (the engine's
+-- clock), never the database's. Parameters that may be NULL carry a cast, because PostgreSQL
+-- cannot infer the type of an untyped NULL.
+--
+-- Statements on many rows take them as one JSON array of objects (%(rows)s), read with
+-- json_to_recordset: one string to send, where an array per column costs the driver a
+-- conversion per element. WITH ORDINALITY keeps the caller's order. Those that find existing
+-- rows also match the keys with `= ANY(ARRAY(...))`: the planner cannot see how few rows a
+-- function returns, and would otherwise scan a whole table of a few thousand rows to join.
+
+-- -- tasks and their events -----------------------------------------------------------------
 
 -- name: insert_task
 INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
@@ -13,20 +22,12 @@ VALUES (%(id)s, %(kind)s, 'queued', %(lane)s, %(lane_rank)s, %(tenant)s, %(input
         %(callback_url)s::text, %(batch_id)s::text)
 RETURNING *;
 
--- Statements on many rows take them as one JSON array of objects (%(rows)s), read with
--- json_to_recordset: one string to send, where an array per column costs the driver a
--- conversion per element. WITH ORDINALITY keeps the caller's order. Those that find existing
--- rows also match the keys with `= ANY(ARRAY(...))`: the planner cannot see how few rows a
--- function returns, and would otherwise scan a whole table of a few thousand rows to join.
-
--- Many submits' tasks in one statement (no request keys, no depth checks: those go one by one
--- through insert_task): the rows in the given order (seq follows it), their queued events,
--- and the fingerprints nobody holds yet. owns_work is false for a task whose fingerprint
--- someone else (or an earlier task of this statement) already holds: it dedupes or waits
--- next, as after claim_fingerprint.
+-- Many submits' tasks in one statement: the rows in the given order (seq follows it), their
+-- queued events, and the fingerprints nobody holds yet. A task with a request key is inserted
+-- only if this statement reserves its key (the keys in one order, so two batches do not
+-- deadlock on them); the rule takes the others one by one. owns_work is false for a task
+-- whose fingerprint someone else (or an earlier task of this statement) already holds.
 -- name: insert_tasks
--- A task with a request key is inserted only if this statement reserves its key (the keys in
--- one order, so two batches do not deadlock on them); the caller takes the others one by one.
 WITH given AS (
     SELECT * FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
             id text, kind text, lane text, lane_rank integer, tenant text, input text,
@@ -75,9 +76,15 @@ SELECT * FROM tasks WHERE id = %(id)s;
 -- name: lock_task
 SELECT * FROM tasks WHERE id = %(id)s FOR UPDATE;
 
--- name: get_request_key
-SELECT task_id, request_hash, expires_at FROM request_keys
-WHERE tenant = %(tenant)s AND key = %(key)s;
+-- name: insert_event
+INSERT INTO task_events (task_id, status, at, attempt, detail)
+VALUES (%(task_id)s, %(status)s, %(at)s, %(attempt)s, %(detail)s);
+
+-- name: list_events
+SELECT seq, task_id, status, at, attempt, detail FROM task_events
+WHERE task_id = %(task_id)s AND seq > %(after_seq)s ORDER BY seq;
+
+-- -- request keys and the interactive depth ---------------------------------------------
 
 -- Reserve the key before the task exists: a concurrent submitter with the same key waits on
 -- this row (ON CONFLICT) and then reuses our task instead of creating a second one.
@@ -105,53 +112,24 @@ SELECT pg_advisory_xact_lock(1718382447, hashtext(%(tenant)s));
 SELECT count(*) AS depth FROM tasks
 WHERE tenant = %(tenant)s AND lane = 'interactive' AND status IN ('queued', 'running', 'retrying');
 
+-- -- the work: fingerprints, waiters ------------------------------------------------------
+
 -- name: claim_fingerprint
 INSERT INTO fingerprints (fingerprint, task_id, state, updated_at)
 VALUES (%(fingerprint)s, %(task_id)s, 'inflight', %(now)s)
 ON CONFLICT (fingerprint) DO NOTHING;
 
--- name: get_fingerprint
-SELECT task_id, state FROM fingerprints WHERE fingerprint = %(fingerprint)s;
-
 -- The owner's row lock: a new submitter holds it while it decides to wait, an ending owner
 -- while it resolves or promotes its waiters, so neither misses the other.
 -- name: lock_fingerprint
-SELECT task_id, state FROM fingerprints WHERE fingerprint = %(fingerprint)s FOR UPDATE;
+SELECT f.task_id, f.state, t.tenant FROM fingerprints f LEFT JOIN tasks t ON t.id = f.task_id
+WHERE f.fingerprint = %(fingerprint)s FOR UPDATE OF f;
 
 -- name: fingerprint_succeeded
 UPDATE fingerprints SET state = 'succeeded', updated_at = %(now)s
 WHERE fingerprint = %(fingerprint)s AND task_id = %(task_id)s;
 
--- name: fingerprint_handover
-UPDATE fingerprints SET task_id = %(new_task_id)s, updated_at = %(now)s
-WHERE fingerprint = %(fingerprint)s AND task_id = %(task_id)s;
-
--- name: fingerprint_drop
-DELETE FROM fingerprints WHERE fingerprint = %(fingerprint)s AND task_id = %(task_id)s;
-
--- name: mark_deduped
-UPDATE tasks SET status = 'deduped', duplicate_of = %(duplicate_of)s, waits_for = NULL,
-    result = %(result)s::text, finished_at = %(now)s, updated_at = %(now)s,
-    callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
-    callback_next_at = CASE WHEN callback_url IS NOT NULL THEN %(now)s
-                            ELSE callback_next_at END
-WHERE id = %(id)s AND status = 'queued'
-RETURNING id, tenant;
-
--- name: wait_for
-UPDATE tasks SET waits_for = %(waits_for)s, duplicate_of = %(waits_for)s WHERE id = %(id)s;
-
--- name: resolve_waiters
-UPDATE tasks SET status = 'deduped', duplicate_of = %(duplicate_of)s, waits_for = NULL,
-    result = %(result)s::text, finished_at = %(now)s, updated_at = %(now)s,
-    callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
-    callback_next_at = CASE WHEN callback_url IS NOT NULL THEN %(now)s
-                            ELSE callback_next_at END
-WHERE waits_for = %(waits_for)s AND status = 'queued'
-RETURNING id, tenant;
-
--- release_work for many succeeded owners at once: mark their fingerprints (the rows' locks
--- come first, as in fingerprint_succeeded), then hand each result to the owner's waiters.
+-- The rows' locks come first, as in fingerprint_succeeded.
 -- name: fingerprints_succeeded
 WITH given AS (
     SELECT * FROM json_to_recordset(%(rows)s::json) AS (fingerprint text, task_id text))
@@ -161,29 +139,82 @@ WHERE fingerprints.fingerprint = ANY(ARRAY(SELECT fingerprint FROM given))
   AND fingerprints.fingerprint = given.fingerprint AND fingerprints.task_id = given.task_id
 RETURNING fingerprints.task_id;
 
+-- name: fingerprint_handover
+UPDATE fingerprints SET task_id = %(new_task_id)s, updated_at = %(now)s
+WHERE fingerprint = %(fingerprint)s AND task_id = %(task_id)s;
+
+-- name: fingerprint_drop
+DELETE FROM fingerprints WHERE fingerprint = %(fingerprint)s AND task_id = %(task_id)s;
+
+-- name: mark_deduped
+UPDATE tasks SET status = 'deduped', duplicate_of = %(duplicate_of)s::text, waits_for = NULL,
+    result = %(result)s::text, finished_at = %(now)s, updated_at = %(now)s,
+    callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
+    callback_next_at = CASE WHEN callback_url IS NOT NULL THEN %(now)s
+                            ELSE callback_next_at END
+WHERE id = %(id)s AND status = 'queued';
+
+-- name: wait_for
+UPDATE tasks SET waits_for = %(waits_for)s, duplicate_of = %(duplicate_of)s::text
+WHERE id = %(id)s;
+
+-- A waiter lends the work its lane, so waiting for the work is never slower than running it.
+-- name: lend_urgency
+UPDATE tasks SET lane_rank = %(lane_rank)s
+WHERE id = %(id)s AND lane_rank > %(lane_rank)s AND status IN ('queued', 'retrying');
+
+-- name: inherit_urgency
+UPDATE tasks SET lane_rank = w.rank
+FROM (SELECT min(lane_rank) AS rank FROM tasks
+      WHERE waits_for = %(id)s AND status = 'queued') AS w
+WHERE tasks.id = %(id)s AND tasks.lane_rank > w.rank;
+
+-- The waiters of another tenant see the result, not whose task made it.
+-- name: resolve_waiters
+UPDATE tasks SET status = 'deduped', waits_for = NULL, result = %(result)s::text,
+    finished_at = %(now)s, updated_at = %(now)s,
+    duplicate_of = CASE WHEN tasks.tenant = o.tenant THEN o.id END,
+    callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
+    callback_next_at = CASE WHEN callback_url IS NOT NULL THEN %(now)s
+                            ELSE callback_next_at END
+FROM (SELECT id, tenant FROM tasks WHERE id = %(owner)s) AS o
+WHERE tasks.waits_for = %(owner)s AND tasks.status = 'queued'
+RETURNING tasks.id, tasks.tenant, tasks.duplicate_of;
+
+-- resolve_waiters for many owners at once, with the waiters' events.
 -- name: resolve_waiters_of
 WITH given AS (SELECT * FROM json_to_recordset(%(rows)s::json) AS (owner text, result text)),
-resolved AS (
-    UPDATE tasks SET status = 'deduped', duplicate_of = w.owner, waits_for = NULL,
-        result = w.result, finished_at = %(now)s, updated_at = %(now)s,
+owners AS (
+    SELECT given.owner, given.result, t.tenant FROM given JOIN tasks t ON t.id = given.owner
+    WHERE t.id = ANY(ARRAY(SELECT owner FROM given))
+), resolved AS (
+    UPDATE tasks SET status = 'deduped', waits_for = NULL, result = w.result,
+        finished_at = %(now)s, updated_at = %(now)s,
+        duplicate_of = CASE WHEN tasks.tenant = w.tenant THEN w.owner END,
         callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending'
                               ELSE callback_state END,
         callback_next_at = CASE WHEN callback_url IS NOT NULL THEN %(now)s
                                 ELSE callback_next_at END
-    FROM given AS w
+    FROM owners AS w
     WHERE tasks.waits_for = ANY(ARRAY(SELECT owner FROM given))
       AND tasks.waits_for = w.owner AND tasks.status = 'queued'
-    RETURNING tasks.id, tasks.tenant, tasks.seq, w.owner
+    RETURNING tasks.id, tasks.tenant, tasks.seq, tasks.duplicate_of, w.owner
 ), logged AS (
     INSERT INTO task_events (task_id, status, at, attempt, detail)
-    SELECT id, 'deduped', %(now)s, 0, 'result of ' || owner FROM resolved ORDER BY seq
+    SELECT id, 'deduped', %(now)s, 0,
+           CASE WHEN duplicate_of IS NULL THEN 'result of shared work'
+                ELSE 'result of ' || owner END
+    FROM resolved ORDER BY seq
 )
 SELECT id, tenant, owner FROM resolved ORDER BY seq;
 
 -- Locked, so a concurrent cancel of the heir cannot slip between choosing and promoting it.
 -- name: first_waiter
-SELECT id FROM tasks WHERE waits_for = %(waits_for)s AND status = 'queued'
+SELECT id, tenant FROM tasks WHERE waits_for = %(waits_for)s AND status = 'queued'
 ORDER BY seq LIMIT 1 FOR UPDATE;
+
+-- name: has_waiters
+SELECT id FROM tasks WHERE waits_for = %(id)s AND status = 'queued' LIMIT 1;
 
 -- name: promote_waiter
 UPDATE tasks SET waits_for = NULL, duplicate_of = NULL, next_attempt_at = %(now)s,
@@ -191,16 +222,12 @@ UPDATE tasks SET waits_for = NULL, duplicate_of = NULL, next_attempt_at = %(now)
 WHERE id = %(id)s;
 
 -- name: repoint_waiters
-UPDATE tasks SET waits_for = %(new_task_id)s, duplicate_of = %(new_task_id)s
-WHERE waits_for = %(waits_for)s AND status = 'queued';
+UPDATE tasks SET waits_for = %(new_task_id)s,
+    duplicate_of = CASE WHEN tasks.tenant = h.tenant THEN h.id END
+FROM (SELECT id, tenant FROM tasks WHERE id = %(new_task_id)s) AS h
+WHERE tasks.waits_for = %(waits_for)s AND tasks.status = 'queued';
 
--- name: insert_event
-INSERT INTO task_events (task_id, status, at, attempt, detail)
-VALUES (%(task_id)s, %(status)s, %(at)s, %(attempt)s, %(detail)s);
-
--- name: list_events
-SELECT seq, task_id, status, at, attempt, detail FROM task_events
-WHERE task_id = %(task_id)s AND seq > %(after_seq)s ORDER BY seq;
+-- -- dispatch -------------------------------------------------------------------------------
 
 -- name: ready
 -- Up to the limit of ready tasks of EACH tenant with work, so admission control can take turns.
@@ -240,7 +267,7 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = %(owner)s,
-        lease_token = %(token)s, lease_expires_at = %(expires_at)s,
+        lease_token = %(token)s, lease_expires_at = %(expires_at)s, attempt_at = %(now)s,
         started_at = COALESCE(started_at, %(now)s), updated_at = %(now)s
     WHERE seq = ANY(ARRAY(SELECT seq FROM picked))
     RETURNING *
@@ -254,7 +281,7 @@ SELECT * FROM claimed;
 -- name: claim_ids
 WITH claimed AS (
     UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = %(owner)s,
-        lease_token = %(token)s, lease_expires_at = %(expires_at)s,
+        lease_token = %(token)s, lease_expires_at = %(expires_at)s, attempt_at = %(now)s,
         started_at = COALESCE(started_at, %(now)s), updated_at = %(now)s
     WHERE id = ANY(%(ids)s::text[])
       AND status IN ('queued', 'retrying') AND waits_for IS NULL
@@ -265,14 +292,24 @@ WITH claimed AS (
 )
 SELECT * FROM claimed;
 
+-- -- status writes and attempts -------------------------------------------------------------
+
+-- The attempt: closed (lease cleared), kept as it is (keep_attempt: the call goes on under
+-- its worker's lease), or left open without a worker until orphan_until.
 -- name: complete
 UPDATE tasks SET status = %(to)s, result = %(result)s::text, error = %(error)s::text,
     next_attempt_at = COALESCE(%(next_attempt_at)s::double precision, next_attempt_at),
     attempts = attempts - %(refund)s::integer,
     invalid_outputs = invalid_outputs + %(invalid)s::integer,
-    cost_actual = COALESCE(%(cost_actual)s::double precision, cost_actual),
+    cost_actual = CASE WHEN %(cost_actual)s::double precision IS NULL THEN cost_actual
+                       ELSE COALESCE(cost_actual, 0) + %(cost_actual)s::double precision END,
     finished_at = CASE WHEN %(terminal)s::boolean THEN %(now)s::double precision END,
-    updated_at = %(now)s, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+    updated_at = %(now)s,
+    lease_owner = CASE WHEN %(keep_attempt)s::boolean THEN lease_owner END,
+    lease_token = CASE WHEN %(keep_attempt)s::boolean
+                        OR %(orphan_until)s::double precision IS NOT NULL THEN lease_token END,
+    lease_expires_at = CASE WHEN %(keep_attempt)s::boolean THEN lease_expires_at
+                            ELSE %(orphan_until)s::double precision END,
     cancel_requested = false, parked = false,
     callback_state = CASE WHEN %(terminal)s::boolean AND callback_url IS NOT NULL
                           THEN 'pending' ELSE callback_state END,
@@ -290,17 +327,25 @@ WITH given AS (
     SELECT * FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
             id text, expected text, token text, "to" text, result text, error text,
             next_attempt_at double precision, refund integer, invalid integer,
-            cost_actual double precision, terminal boolean, parked boolean, detail text))
+            cost_actual double precision, terminal boolean, parked boolean,
+            keep_attempt boolean, orphan_until double precision, detail text))
         WITH ORDINALITY AS c(id, expected, token, dest, result, error, next_attempt_at,
-                             refund, invalid, cost_actual, terminal, parked, detail, ord)
+                             refund, invalid, cost_actual, terminal, parked, keep_attempt,
+                             orphan_until, detail, ord)
 ), moved AS (
     UPDATE tasks SET status = c.dest, result = c.result, error = c.error,
         next_attempt_at = COALESCE(c.next_attempt_at, tasks.next_attempt_at),
         attempts = tasks.attempts - c.refund,
         invalid_outputs = tasks.invalid_outputs + c.invalid,
-        cost_actual = COALESCE(c.cost_actual, tasks.cost_actual),
+        cost_actual = CASE WHEN c.cost_actual IS NULL THEN tasks.cost_actual
+                           ELSE COALESCE(tasks.cost_actual, 0) + c.cost_actual END,
         finished_at = CASE WHEN c.terminal THEN %(now)s::double precision END,
-        updated_at = %(now)s, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+        updated_at = %(now)s,
+        lease_owner = CASE WHEN c.keep_attempt THEN tasks.lease_owner END,
+        lease_token = CASE WHEN c.keep_attempt OR c.orphan_until IS NOT NULL
+                           THEN tasks.lease_token END,
+        lease_expires_at = CASE WHEN c.keep_attempt THEN tasks.lease_expires_at
+                                ELSE c.orphan_until END,
         cancel_requested = false, parked = false,
         callback_state = CASE WHEN c.terminal AND tasks.callback_url IS NOT NULL
                               THEN 'pending' ELSE tasks.callback_state END,
@@ -319,17 +364,31 @@ WITH given AS (
 )
 SELECT id, tenant, fingerprint, attempts FROM moved;
 
--- name: status_of_many
-SELECT id, status FROM tasks WHERE id = ANY(%(ids)s::text[]);
+-- name: attempt_of
+SELECT id, status, lease_token FROM tasks WHERE id = %(id)s;
 
--- name: status_of
-SELECT status FROM tasks WHERE id = %(id)s;
+-- name: attempts_of_ids
+SELECT id, status, lease_token FROM tasks WHERE id = ANY(%(ids)s::text[]);
+
+-- name: close_attempt
+UPDATE tasks SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+    result = CASE WHEN %(succeeded)s::boolean THEN %(result)s::text ELSE result END,
+    updated_at = %(now)s
+WHERE id = %(id)s AND lease_token = %(token)s
+  AND status IN ('succeeded', 'failed', 'dead', 'timeout', 'cancelled', 'deduped')
+RETURNING status, tenant, fingerprint;
+
+-- name: orphan_attempt
+UPDATE tasks SET lease_owner = NULL, lease_expires_at = %(until)s, updated_at = %(now)s
+WHERE id = %(id)s AND lease_token = %(token)s;
 
 -- All the leases of one heartbeat in one statement; the ones not returned are lost.
 -- name: heartbeat
+WITH held AS (SELECT * FROM json_to_recordset(%(rows)s::json) AS (id text, token text))
 UPDATE tasks SET lease_expires_at = %(expires_at)s, updated_at = %(now)s
-FROM unnest(%(ids)s::text[], %(tokens)s::text[]) AS held(id, token)
-WHERE tasks.id = held.id AND tasks.status = 'running' AND tasks.lease_token = held.token
+FROM held
+WHERE tasks.id = ANY(ARRAY(SELECT id FROM held))
+  AND tasks.id = held.id AND tasks.lease_token = held.token AND tasks.lease_owner IS NOT NULL
 RETURNING tasks.id, tasks.cancel_requested;
 
 -- name: set_upstream_ref
@@ -354,59 +413,15 @@ WHERE id = %(id)s AND status = 'running';
 
 -- name: manual_retry
 UPDATE tasks SET status = 'queued', attempts = 0, invalid_outputs = 0, result = NULL,
-    error = NULL, callback_state = NULL, callback_attempts = 0, poll_attempts = 0,
-    finished_at = NULL, next_attempt_at = %(now)s, updated_at = %(now)s,
+    error = NULL, waits_for = NULL, duplicate_of = NULL, callback_state = NULL,
+    callback_attempts = 0, poll_attempts = 0, finished_at = NULL,
+    next_attempt_at = %(now)s, updated_at = %(now)s,
     deadline_at = CASE WHEN deadline_at IS NULL THEN NULL
                        ELSE %(now)s + (deadline_at - created_at) END
 WHERE id = %(id)s AND status = %(expected)s
 RETURNING id;
 
--- name: expired_leases
-SELECT * FROM tasks WHERE status = 'running' AND lease_expires_at < %(now)s
-ORDER BY lease_expires_at LIMIT %(limit)s;
-
--- name: past_deadline
-SELECT * FROM tasks
-WHERE status IN ('queued', 'running', 'retrying') AND deadline_at IS NOT NULL
-  AND deadline_at < %(now)s
-ORDER BY deadline_at LIMIT %(limit)s;
-
--- name: purge_results
-UPDATE tasks SET result = NULL, error = NULL
-WHERE finished_at IS NOT NULL AND finished_at < %(before)s
-  AND (result IS NOT NULL OR error IS NOT NULL);
-
--- name: purge_fingerprints
-DELETE FROM fingerprints WHERE state = 'succeeded' AND updated_at < %(before)s;
-
--- name: purge_rows
-DELETE FROM tasks WHERE finished_at IS NOT NULL AND finished_at < %(before)s
-  AND status IN ('succeeded', 'failed', 'dead', 'timeout', 'cancelled', 'deduped');
-
--- name: purge_events
-DELETE FROM task_events WHERE at < %(before)s;
-
--- name: purge_keys
-DELETE FROM request_keys WHERE expires_at < %(now)s;
-
--- name: try_lead
-INSERT INTO leaders (name, owner, expires_at) VALUES (%(name)s, %(owner)s, %(expires_at)s)
-ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
-WHERE leaders.owner = excluded.owner OR leaders.expires_at < %(now)s
-RETURNING owner;
-
--- name: stats
-SELECT kind, status, count(*) AS count FROM tasks GROUP BY kind, status;
-
--- name: list_tasks
-SELECT * FROM tasks
-WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
-  AND (%(lane)s::text IS NULL OR lane = %(lane)s::text)
-  AND (%(batch_id)s::text IS NULL OR batch_id = %(batch_id)s::text)
-  AND seq > %(after_seq)s
-ORDER BY seq LIMIT %(limit)s;
+-- -- upstream jobs and callbacks --------------------------------------------------------------
 
 -- name: park
 UPDATE tasks SET parked = true, upstream_ref = %(ref)s, next_attempt_at = %(poll_at)s,
@@ -441,6 +456,92 @@ UPDATE tasks SET callback_state = %(state)s, callback_attempts = callback_attemp
     callback_next_at = %(next_at)s::double precision
 WHERE id = %(id)s AND callback_state = 'pending';
 
+-- -- recovery and maintenance -----------------------------------------------------------------
+
+-- name: open_attempts
+SELECT * FROM tasks WHERE lease_token IS NOT NULL ORDER BY lease_expires_at LIMIT %(limit)s;
+
+-- name: lease_owners
+SELECT DISTINCT lease_owner FROM tasks
+WHERE lease_token IS NOT NULL AND lease_owner IS NOT NULL;
+
+-- name: expired_leases
+SELECT * FROM tasks
+WHERE lease_token IS NOT NULL AND lease_owner IS NOT NULL AND lease_expires_at < %(now)s
+ORDER BY lease_expires_at LIMIT %(limit)s;
+
+-- name: attempts_of
+SELECT * FROM tasks
+WHERE lease_token IS NOT NULL AND lease_owner = ANY(%(owners)s::text[])
+ORDER BY lease_expires_at LIMIT %(limit)s;
+
+-- name: ended_orphans
+SELECT * FROM tasks
+WHERE lease_token IS NOT NULL AND lease_owner IS NULL AND lease_expires_at < %(now)s
+ORDER BY lease_expires_at LIMIT %(limit)s;
+
+-- name: past_deadline
+SELECT * FROM tasks
+WHERE status IN ('queued', 'running', 'retrying') AND deadline_at IS NOT NULL
+  AND deadline_at < %(now)s
+ORDER BY deadline_at LIMIT %(limit)s;
+
+-- name: purge_results
+UPDATE tasks SET result = NULL, error = NULL
+WHERE finished_at IS NOT NULL AND finished_at < %(before)s
+  AND (result IS NOT NULL OR error IS NOT NULL);
+
+-- name: purge_fingerprints
+DELETE FROM fingerprints WHERE state = 'succeeded' AND updated_at < %(before)s;
+
+-- name: purge_rows
+DELETE FROM tasks WHERE finished_at IS NOT NULL AND finished_at < %(before)s
+  AND status IN ('succeeded', 'failed', 'dead', 'timeout', 'cancelled', 'deduped')
+  AND lease_token IS NULL;
+
+-- name: purge_events
+DELETE FROM task_events WHERE at < %(before)s;
+
+-- name: purge_keys
+DELETE FROM request_keys WHERE expires_at < %(now)s;
+
+-- name: try_lead
+INSERT INTO leaders (name, owner, expires_at) VALUES (%(name)s, %(owner)s, %(expires_at)s)
+ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+WHERE leaders.owner = excluded.owner OR leaders.expires_at < %(now)s
+RETURNING owner;
+
+-- name: leader
+SELECT owner, expires_at FROM leaders WHERE name = %(name)s;
+
+-- name: take_lead
+UPDATE leaders SET owner = %(owner)s, expires_at = %(expires_at)s
+WHERE name = %(name)s AND owner = %(dead)s;
+
+-- -- reading ----------------------------------------------------------------------------------
+
+-- name: stats
+SELECT kind, status, count(*) AS count FROM tasks
+WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
+GROUP BY kind, status;
+
+-- name: list_tasks
+SELECT * FROM tasks
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(lane)s::text IS NULL OR lane = %(lane)s::text)
+  AND (%(batch_id)s::text IS NULL OR batch_id = %(batch_id)s::text)
+  AND seq > %(after_seq)s
+ORDER BY seq LIMIT %(limit)s;
+
+-- name: batch_counts
+SELECT status, count(*) AS count FROM tasks
+WHERE batch_id = %(batch_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+GROUP BY status;
+
+-- -- this backend's own: change notices, liveness, migrations ---------------------------------
+
 -- Delivered at commit to every LISTENing store; the payload names the schema, so stores on
 -- other schemas of the same database ignore it.
 -- name: notify_changes
@@ -451,6 +552,31 @@ LISTEN floodway_changes;
 
 -- name: current_schema
 SELECT current_schema() AS name;
+
+-- A process's liveness lock: held by its session (the LISTEN connection) for as long as it
+-- lives; the server frees it when that session ends. Keyed like the depth lock.
+-- name: lock_liveness
+SELECT pg_try_advisory_lock(1718382449, hashtext(%(identity)s)) AS held;
+
+-- name: register_liveness
+INSERT INTO processes (identity, locked_at)
+VALUES (%(identity)s, extract(epoch FROM clock_timestamp()))
+ON CONFLICT (identity) DO UPDATE SET locked_at = excluded.locked_at;
+
+-- Dead: registered since the server last started, and no session holds the lock any more.
+-- name: dead_processes
+SELECT p.identity FROM processes p
+WHERE p.identity = ANY(%(identities)s::text[])
+  AND p.locked_at > extract(epoch FROM pg_postmaster_start_time())
+  AND NOT EXISTS (
+      SELECT 1 FROM pg_locks l
+      WHERE l.locktype = 'advisory' AND l.granted AND l.database = (
+                SELECT oid FROM pg_database WHERE datname = current_database())
+        AND l.classid = 1718382449 AND l.objid = hashtext(p.identity)::oid
+        AND l.objsubid = 2);
+
+-- name: forget_process
+DELETE FROM processes WHERE identity = %(identity)s;
 
 -- Migrations are applied by whoever starts first; the others wait here, then find them done.
 -- Keyed on search_path so stores on different schemas do not queue behind each other.
@@ -469,8 +595,3 @@ SELECT version FROM schema_migrations ORDER BY version;
 
 -- name: migration_done
 INSERT INTO schema_migrations (version, name) VALUES (%(version)s, %(name)s);
-
--- name: batch_counts
-SELECT status, count(*) AS count FROM tasks
-WHERE batch_id = %(batch_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-GROUP BY status;

@@ -1,5 +1,10 @@
--- Named queries of the SQLite store. Each block starts with "-- name: NAME".
--- Times are parameters (the engine's clock), never the database's.
+-- Named queries of the SQLite store. Each block starts with "-- name: NAME"; the names match
+-- the PostgreSQL store's (a contract test checks it). The ledger's rules decide which to run
+-- (floodway/store/rules.py); this file only says how. Times are parameters (the engine's
+-- clock), never the database's. SQLite has one writer, so the "lock_" reads of PostgreSQL are
+-- plain reads here: the writer thread's transaction already excludes every other writer.
+
+-- -- tasks and their events -----------------------------------------------------------------
 
 -- name: insert_task
 INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
@@ -13,7 +18,27 @@ RETURNING *;
 -- name: get_task
 SELECT * FROM tasks WHERE id = :id;
 
--- name: get_request_key
+-- name: lock_task
+SELECT * FROM tasks WHERE id = :id;
+
+-- name: insert_event
+INSERT INTO task_events (task_id, status, at, attempt, detail)
+VALUES (:task_id, :status, :at, :attempt, :detail);
+
+-- name: list_events
+SELECT seq, task_id, status, at, attempt, detail FROM task_events
+WHERE task_id = :task_id AND seq > :after_seq ORDER BY seq;
+
+-- -- request keys and the interactive depth ---------------------------------------------
+
+-- Reserve the key before the task exists (a concurrent submitter with the same key then
+-- reuses our task instead of creating a second one).
+-- name: reserve_request_key
+INSERT INTO request_keys (tenant, key, task_id, request_hash, expires_at)
+VALUES (:tenant, :key, :task_id, :request_hash, :expires_at)
+ON CONFLICT (tenant, key) DO NOTHING;
+
+-- name: lock_request_key
 SELECT task_id, request_hash, expires_at FROM request_keys WHERE tenant = :tenant AND key = :key;
 
 -- name: put_request_key
@@ -22,21 +47,35 @@ VALUES (:tenant, :key, :task_id, :request_hash, :expires_at)
 ON CONFLICT (tenant, key) DO UPDATE SET task_id = excluded.task_id,
     request_hash = excluded.request_hash, expires_at = excluded.expires_at;
 
+-- name: lock_tenant_depth
+SELECT :tenant;
+
 -- name: count_interactive
-SELECT count(*) FROM tasks
+SELECT count(*) AS depth FROM tasks
 WHERE tenant = :tenant AND lane = 'interactive' AND status IN ('queued', 'running', 'retrying');
+
+-- -- the work: fingerprints, waiters ------------------------------------------------------
 
 -- name: claim_fingerprint
 INSERT INTO fingerprints (fingerprint, task_id, state, updated_at)
 VALUES (:fingerprint, :task_id, 'inflight', :now)
 ON CONFLICT (fingerprint) DO NOTHING;
 
--- name: get_fingerprint
-SELECT task_id, state FROM fingerprints WHERE fingerprint = :fingerprint;
+-- name: lock_fingerprint
+SELECT f.task_id, f.state, t.tenant FROM fingerprints f LEFT JOIN tasks t ON t.id = f.task_id
+WHERE f.fingerprint = :fingerprint;
 
 -- name: fingerprint_succeeded
 UPDATE fingerprints SET state = 'succeeded', updated_at = :now
 WHERE fingerprint = :fingerprint AND task_id = :task_id;
+
+-- name: fingerprints_succeeded
+UPDATE fingerprints SET state = 'succeeded', updated_at = :now
+FROM (SELECT json_extract(value, '$.fingerprint') AS fingerprint,
+             json_extract(value, '$.task_id') AS task_id
+      FROM json_each(:rows)) AS given
+WHERE fingerprints.fingerprint = given.fingerprint AND fingerprints.task_id = given.task_id
+RETURNING task_id;
 
 -- name: fingerprint_handover
 UPDATE fingerprints SET task_id = :new_task_id, updated_at = :now
@@ -50,38 +89,51 @@ UPDATE tasks SET status = 'deduped', duplicate_of = :duplicate_of, waits_for = N
     result = :result, finished_at = :now, updated_at = :now,
     callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
     callback_next_at = CASE WHEN callback_url IS NOT NULL THEN :now ELSE callback_next_at END
-WHERE id = :id AND status = 'queued'
-RETURNING id, tenant;
+WHERE id = :id AND status = 'queued';
 
 -- name: wait_for
-UPDATE tasks SET waits_for = :waits_for, duplicate_of = :waits_for WHERE id = :id;
+UPDATE tasks SET waits_for = :waits_for, duplicate_of = :duplicate_of WHERE id = :id;
 
+-- A waiter lends the work its lane, so waiting for the work is never slower than running it.
+-- name: lend_urgency
+UPDATE tasks SET lane_rank = :lane_rank
+WHERE id = :id AND lane_rank > :lane_rank AND status IN ('queued', 'retrying');
+
+-- name: inherit_urgency
+UPDATE tasks SET lane_rank = (SELECT min(w.lane_rank) FROM tasks w
+                              WHERE w.waits_for = :id AND w.status = 'queued')
+WHERE id = :id AND lane_rank > (SELECT min(w.lane_rank) FROM tasks w
+                                WHERE w.waits_for = :id AND w.status = 'queued');
+
+-- The waiters of another tenant see the result, not whose task made it.
 -- name: resolve_waiters
-UPDATE tasks SET status = 'deduped', duplicate_of = :duplicate_of, waits_for = NULL,
-    result = :result, finished_at = :now, updated_at = :now,
+UPDATE tasks SET status = 'deduped', waits_for = NULL, result = :result, finished_at = :now,
+    updated_at = :now,
+    duplicate_of = CASE WHEN tenant = (SELECT o.tenant FROM tasks o WHERE o.id = :owner)
+                        THEN :owner END,
     callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
     callback_next_at = CASE WHEN callback_url IS NOT NULL THEN :now ELSE callback_next_at END
-WHERE waits_for = :waits_for AND status = 'queued'
-RETURNING id, tenant;
+WHERE waits_for = :owner AND status = 'queued'
+RETURNING id, tenant, duplicate_of;
 
 -- name: first_waiter
-SELECT id FROM tasks WHERE waits_for = :waits_for AND status = 'queued' ORDER BY seq LIMIT 1;
+SELECT id, tenant FROM tasks WHERE waits_for = :waits_for AND status = 'queued'
+ORDER BY seq LIMIT 1;
+
+-- name: has_waiters
+SELECT id FROM tasks WHERE waits_for = :id AND status = 'queued' LIMIT 1;
 
 -- name: promote_waiter
 UPDATE tasks SET waits_for = NULL, duplicate_of = NULL, next_attempt_at = :now, updated_at = :now
 WHERE id = :id;
 
 -- name: repoint_waiters
-UPDATE tasks SET waits_for = :new_task_id, duplicate_of = :new_task_id
+UPDATE tasks SET waits_for = :new_task_id,
+    duplicate_of = CASE WHEN tenant = (SELECT h.tenant FROM tasks h WHERE h.id = :new_task_id)
+                        THEN :new_task_id END
 WHERE waits_for = :waits_for AND status = 'queued';
 
--- name: insert_event
-INSERT INTO task_events (task_id, status, at, attempt, detail)
-VALUES (:task_id, :status, :at, :attempt, :detail);
-
--- name: list_events
-SELECT seq, task_id, status, at, attempt, detail FROM task_events
-WHERE task_id = :task_id AND seq > :after_seq ORDER BY seq;
+-- -- dispatch -------------------------------------------------------------------------------
 
 -- name: ready
 -- Up to :limit ready tasks of EACH tenant with work, so admission control can take turns.
@@ -106,7 +158,7 @@ ORDER BY t.lane_rank, t.seq;
 
 -- name: claim_next
 UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = :owner,
-    lease_token = :token, lease_expires_at = :expires_at,
+    lease_token = :token, lease_expires_at = :expires_at, attempt_at = :now,
     started_at = COALESCE(started_at, :now), updated_at = :now
 WHERE seq IN (
     -- INDEXED BY: walk the queue in dispatch order and stop at LIMIT; left to itself the
@@ -120,19 +172,27 @@ RETURNING *;
 
 -- name: claim_ids
 UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = :owner,
-    lease_token = :token, lease_expires_at = :expires_at,
+    lease_token = :token, lease_expires_at = :expires_at, attempt_at = :now,
     started_at = COALESCE(started_at, :now), updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND status IN ('queued', 'retrying') AND waits_for IS NULL
 RETURNING *;
 
+-- -- status writes and attempts -------------------------------------------------------------
+
+-- The attempt: closed (lease cleared), kept as it is (:keep_attempt: the call goes on under
+-- its worker's lease), or left open without a worker until :orphan_until.
 -- name: complete
 UPDATE tasks SET status = :to, result = :result, error = :error,
     next_attempt_at = COALESCE(:next_attempt_at, next_attempt_at),
     attempts = attempts - :refund, invalid_outputs = invalid_outputs + :invalid,
-    cost_actual = COALESCE(:cost_actual, cost_actual),
+    cost_actual = CASE WHEN :cost_actual IS NULL THEN cost_actual
+                       ELSE COALESCE(cost_actual, 0) + :cost_actual END,
     finished_at = CASE WHEN :terminal THEN :now ELSE NULL END,
-    updated_at = :now, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+    updated_at = :now,
+    lease_owner = CASE WHEN :keep_attempt THEN lease_owner END,
+    lease_token = CASE WHEN :keep_attempt OR :orphan_until IS NOT NULL THEN lease_token END,
+    lease_expires_at = CASE WHEN :keep_attempt THEN lease_expires_at ELSE :orphan_until END,
     cancel_requested = 0, parked = 0,
     callback_state = CASE WHEN :terminal AND callback_url IS NOT NULL THEN 'pending'
                           ELSE callback_state END,
@@ -142,13 +202,30 @@ WHERE id = :id AND status = :expected AND (:token IS NULL OR lease_token = :toke
   AND (:parked = 0 OR parked = 1)
 RETURNING id, tenant, fingerprint, attempts;
 
--- name: status_of
-SELECT status FROM tasks WHERE id = :id;
+-- name: attempt_of
+SELECT id, status, lease_token FROM tasks WHERE id = :id;
 
+-- name: attempts_of_ids
+SELECT id, status, lease_token FROM tasks WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: close_attempt
+UPDATE tasks SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+    result = CASE WHEN :succeeded THEN :result ELSE result END, updated_at = :now
+WHERE id = :id AND lease_token = :token
+  AND status IN ('succeeded', 'failed', 'dead', 'timeout', 'cancelled', 'deduped')
+RETURNING status, tenant, fingerprint;
+
+-- name: orphan_attempt
+UPDATE tasks SET lease_owner = NULL, lease_expires_at = :until, updated_at = :now
+WHERE id = :id AND lease_token = :token;
+
+-- All the leases of one heartbeat in one statement; the ones not returned are lost.
 -- name: heartbeat
 UPDATE tasks SET lease_expires_at = :expires_at, updated_at = :now
-WHERE id = :id AND status = 'running' AND lease_token = :token
-RETURNING cancel_requested;
+FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token
+      FROM json_each(:rows)) AS held
+WHERE tasks.id = held.id AND tasks.lease_token = held.token AND tasks.lease_owner IS NOT NULL
+RETURNING id, cancel_requested;
 
 -- name: set_upstream_ref
 UPDATE tasks SET upstream_ref = :ref, updated_at = :now
@@ -162,64 +239,24 @@ UPDATE tasks SET status = 'cancelled', error = :error, finished_at = :now, updat
 WHERE id = :id AND status = :expected
 RETURNING id;
 
--- name: request_cancel_running
 -- A parked task's poll falls due at once: the poller cancels its upstream job now, not at the
 -- next poll (which may be a minute away).
+-- name: request_cancel_running
 UPDATE tasks SET cancel_requested = 1, updated_at = :now,
     next_attempt_at = CASE WHEN parked = 1 THEN :now ELSE next_attempt_at END
 WHERE id = :id AND status = 'running';
 
 -- name: manual_retry
 UPDATE tasks SET status = 'queued', attempts = 0, invalid_outputs = 0, result = NULL,
-    error = NULL, callback_state = NULL, callback_attempts = 0, poll_attempts = 0, finished_at = NULL, next_attempt_at = :now, updated_at = :now,
+    error = NULL, waits_for = NULL, duplicate_of = NULL, callback_state = NULL,
+    callback_attempts = 0, poll_attempts = 0, finished_at = NULL, next_attempt_at = :now,
+    updated_at = :now,
     deadline_at = CASE WHEN deadline_at IS NULL THEN NULL
                        ELSE :now + (deadline_at - created_at) END
 WHERE id = :id AND status = :expected
 RETURNING id;
 
--- name: expired_leases
-SELECT * FROM tasks WHERE status = 'running' AND lease_expires_at < :now
-ORDER BY lease_expires_at LIMIT :limit;
-
--- name: past_deadline
-SELECT * FROM tasks
-WHERE status IN ('queued', 'running', 'retrying') AND deadline_at IS NOT NULL
-  AND deadline_at < :now
-ORDER BY deadline_at LIMIT :limit;
-
--- name: purge_results
-UPDATE tasks SET result = NULL, error = NULL
-WHERE finished_at IS NOT NULL AND finished_at < :before
-  AND (result IS NOT NULL OR error IS NOT NULL);
-
--- name: purge_fingerprints
-DELETE FROM fingerprints WHERE state = 'succeeded' AND updated_at < :before;
-
--- name: purge_rows
-DELETE FROM tasks WHERE finished_at IS NOT NULL AND finished_at < :before
-  AND status IN ('succeeded', 'failed', 'dead', 'timeout', 'cancelled', 'deduped');
-
--- name: purge_events
-DELETE FROM task_events WHERE at < :before;
-
--- name: purge_keys
-DELETE FROM request_keys WHERE expires_at < :now;
-
--- name: try_lead
-INSERT INTO leaders (name, owner, expires_at) VALUES (:name, :owner, :expires_at)
-ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
-WHERE leaders.owner = excluded.owner OR leaders.expires_at < :now
-RETURNING owner;
-
--- name: stats
-SELECT kind, status, count(*) FROM tasks GROUP BY kind, status;
-
--- name: list_tasks
-SELECT * FROM tasks
-WHERE (:tenant IS NULL OR tenant = :tenant) AND (:status IS NULL OR status = :status)
-  AND (:kind IS NULL OR kind = :kind) AND (:lane IS NULL OR lane = :lane)
-  AND (:batch_id IS NULL OR batch_id = :batch_id) AND seq > :after_seq
-ORDER BY seq LIMIT :limit;
+-- -- upstream jobs and callbacks --------------------------------------------------------------
 
 -- name: park
 UPDATE tasks SET parked = 1, upstream_ref = :ref, next_attempt_at = :poll_at,
@@ -238,10 +275,10 @@ WHERE seq IN (
 RETURNING *;
 
 -- name: next_parked_at
-SELECT min(next_attempt_at) FROM tasks WHERE status = 'running' AND parked = 1;
+SELECT min(next_attempt_at) AS at FROM tasks WHERE status = 'running' AND parked = 1;
 
 -- name: find_upstream
-SELECT * FROM tasks WHERE kind = :kind AND upstream_ref = :ref;
+SELECT * FROM tasks WHERE kind = :kind AND upstream_ref = :ref LIMIT 1;
 
 -- name: due_callbacks
 SELECT * FROM tasks WHERE callback_state = 'pending' AND callback_next_at <= :now
@@ -251,6 +288,82 @@ ORDER BY callback_next_at LIMIT :limit;
 UPDATE tasks SET callback_state = :state, callback_attempts = callback_attempts + 1,
     callback_next_at = :next_at
 WHERE id = :id AND callback_state = 'pending';
+
+-- -- recovery and maintenance -----------------------------------------------------------------
+
+-- name: open_attempts
+SELECT * FROM tasks WHERE lease_token IS NOT NULL ORDER BY lease_expires_at LIMIT :limit;
+
+-- name: lease_owners
+SELECT DISTINCT lease_owner FROM tasks
+WHERE lease_token IS NOT NULL AND lease_owner IS NOT NULL;
+
+-- name: expired_leases
+SELECT * FROM tasks INDEXED BY tasks_attempts
+WHERE lease_token IS NOT NULL AND lease_owner IS NOT NULL AND lease_expires_at < :now
+ORDER BY lease_expires_at LIMIT :limit;
+
+-- name: attempts_of
+SELECT * FROM tasks
+WHERE lease_token IS NOT NULL AND lease_owner IN (SELECT value FROM json_each(:owners))
+ORDER BY lease_expires_at LIMIT :limit;
+
+-- name: ended_orphans
+SELECT * FROM tasks INDEXED BY tasks_attempts
+WHERE lease_token IS NOT NULL AND lease_owner IS NULL AND lease_expires_at < :now
+ORDER BY lease_expires_at LIMIT :limit;
+
+-- name: past_deadline
+SELECT * FROM tasks
+WHERE status IN ('queued', 'running', 'retrying') AND deadline_at IS NOT NULL
+  AND deadline_at < :now
+ORDER BY deadline_at LIMIT :limit;
+
+-- name: purge_results
+UPDATE tasks SET result = NULL, error = NULL
+WHERE finished_at IS NOT NULL AND finished_at < :before
+  AND (result IS NOT NULL OR error IS NOT NULL);
+
+-- name: purge_fingerprints
+DELETE FROM fingerprints WHERE state = 'succeeded' AND updated_at < :before;
+
+-- name: purge_rows
+DELETE FROM tasks WHERE finished_at IS NOT NULL AND finished_at < :before
+  AND status IN ('succeeded', 'failed', 'dead', 'timeout', 'cancelled', 'deduped')
+  AND lease_token IS NULL;
+
+-- name: purge_events
+DELETE FROM task_events WHERE at < :before;
+
+-- name: purge_keys
+DELETE FROM request_keys WHERE expires_at < :now;
+
+-- name: try_lead
+INSERT INTO leaders (name, owner, expires_at) VALUES (:name, :owner, :expires_at)
+ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+WHERE leaders.owner = excluded.owner OR leaders.expires_at < :now
+RETURNING owner;
+
+-- name: leader
+SELECT owner, expires_at FROM leaders WHERE name = :name;
+
+-- name: take_lead
+UPDATE leaders SET owner = :owner, expires_at = :expires_at
+WHERE name = :name AND owner = :dead;
+
+-- -- reading ----------------------------------------------------------------------------------
+
+-- name: stats
+SELECT kind, status, count(*) AS count FROM tasks
+WHERE :tenant IS NULL OR tenant = :tenant
+GROUP BY kind, status;
+
+-- name: list_tasks
+SELECT * FROM tasks
+WHERE (:tenant IS NULL OR tenant = :tenant) AND (:status IS NULL OR status = :status)
+  AND (:kind IS NULL OR kind = :kind) AND (:lane IS NULL OR lane = :lane)
+  AND (:batch_id IS NULL OR batch_id = :batch_id) AND seq > :after_seq
+ORDER BY seq LIMIT :limit;
 
 -- name: batch_counts
 SELECT status, count(*) AS count FROM tasks

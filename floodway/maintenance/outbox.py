@@ -1,14 +1,15 @@
-"""Outbound webhooks: a task with a ``callback_url`` is POSTed to it once it ends.
+"""Outbound callbacks: a task with a ``callback_url`` is POSTed to it once it ends.
 
 The outbox is durable: the terminal write itself marks the callback ``pending`` in the same
-transaction, so a crash between "task ended" and "callback sent" loses nothing. This loop reads
-due callbacks (``Store.due_callbacks``), delivers them with its own HTTP client and a
+transaction, so a crash between "task ended" and "callback sent" loses nothing. This service
+reads due callbacks (``Store.due_callbacks``), delivers them with its own HTTP client and a
 per-request timeout (never on a worker's time), and records each result; failures are retried
-with the one full-jitter backoff (:class:`floodway.retry.Backoff`) up to ``max_attempts``, then
-marked ``failed``. One process delivers at a time (leader lease ``webhooks-out``).
+with the one full-jitter backoff (``[callbacks]`` in the configuration) up to ``max_attempts``,
+then marked ``failed``. It runs wherever maintenance runs, one deliverer per ledger (leader
+lease ``webhooks-out``, taken over at once from a dead process).
 
-Each delivery is signed the Standard Webhooks way (see :mod:`floodway.api.signing`) with the
-tenant's API key as the secret (``"floodway"`` when the API is open). The body is
+Each delivery is signed the Standard Webhooks way (:mod:`floodway.signing`) with the tenant's
+API key as the secret (``"floodway"`` when the API is open). The body is
 ``{"type": "task.<status>", "timestamp": ..., "data": <Task JSON>}``; ``webhook-id`` is the
 same for every attempt at one terminal state, so receivers can drop duplicates: delivery is
 at-least-once.
@@ -21,71 +22,70 @@ import contextlib
 import json
 import logging
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from types import TracebackType
 
 import httpx
 
 import floodway
-from floodway.api.auth import signing_secret
-from floodway.app import Floodway
 from floodway.core.backoff import Backoff
-from floodway.core.task import Task, new_token
+from floodway.core.owners import owner_name
+from floodway.core.task import Task
+from floodway.maintenance.leader import lead
+from floodway.runtime import Runtime
 from floodway.signing import signed_headers
 from floodway.wire import task_json
 
 log = logging.getLogger("floodway.webhooks")
 
 LEADER_NAME = "webhooks-out"
+#: the outbound-webhook signing secret when no API keys are configured
+OPEN_SIGNING_SECRET = "floodway"
 
 
-@dataclass(frozen=True)
-class OutboxOptions:
-    max_attempts: int = 8
-    backoff: Backoff = field(default_factory=lambda: Backoff(base_s=2.0, cap_s=600.0))
-    timeout_s: float = 10.0  # per request
-    #: re-check for due callbacks at least this often (writes by other processes, retries)
-    idle_s: float = 2.0
-    batch: int = 64
-    concurrency: int = 16
-    leader_ttl_s: float = 15.0
-    #: at least this long between passes, so a burst of task ends is one query, not hundreds
-    min_gap_s: float = 0.05
+def signing_secret(keys: Mapping[str, str], tenant: str) -> str:
+    """The secret that signs a tenant's outbound webhooks: its API key (the first in sorted
+    order when it has several), or ``"floodway"`` when the API is open."""
+    own = sorted(key for key, owner in keys.items() if owner == tenant)
+    return own[0] if own else OPEN_SIGNING_SECRET
 
 
 class Outbox:
-    """``async with Outbox(fw): ...`` delivers callbacks while the block runs."""
+    """Delivers callbacks between :meth:`start` and :meth:`stop`."""
 
     def __init__(
         self,
-        fw: Floodway,
-        options: OutboxOptions | None = None,
+        runtime: Runtime,
         *,
         client: httpx.AsyncClient | None = None,
         rng: random.Random | None = None,
-        on_result: Callable[[str], None] | None = None,
+        idle_s: float = 2.0,
+        batch: int = 64,
+        concurrency: int = 16,
+        leader_ttl_s: float = 15.0,
+        min_gap_s: float = 0.05,
     ) -> None:
-        self.fw = fw
-        self.options = options or OutboxOptions()
-        self.owner = f"outbox-{new_token()[:8]}"
+        self.runtime = runtime
+        self.config = config = runtime.settings.callbacks
+        self.backoff = Backoff(base_s=config.backoff, cap_s=config.max_backoff)
+        self.owner = owner_name(runtime.store.identity, "outbox")
+        #: re-check for due callbacks at least this often (other processes' writes, retries)
+        self.idle_s = idle_s
+        self.batch, self.concurrency, self.leader_ttl_s = batch, concurrency, leader_ttl_s
+        #: at least this long between passes, so a burst of task ends is one query, not hundreds
+        self.min_gap_s = min_gap_s
         self._client = client
         self._own_client = client is None
         self._rng = rng
-        self._on_result = on_result
         self._task: asyncio.Task[None] | None = None
         self._next_due: float | None = None
-        self.delivered = 0
-        self.failed = 0
 
     # -- lifecycle ----------------------------------------------------------------------------
-    async def start(self) -> None:
+    def start(self) -> None:
         if self._task is not None:
             return
-        await self.fw.open()
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.options.timeout_s, follow_redirects=False)
+            self._client = httpx.AsyncClient(timeout=self.config.timeout, follow_redirects=False)
         self._task = asyncio.create_task(self._loop(), name="floodway-outbox")
 
     async def stop(self) -> None:
@@ -98,30 +98,16 @@ class Outbox:
             await self._client.aclose()
             self._client = None
 
-    async def __aenter__(self) -> Outbox:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
     # -- delivering ---------------------------------------------------------------------------
     async def run_once(self) -> int:
         """Deliver what is due now (if this process leads); the number of attempts made."""
-        fw = self.fw
-        store = fw.store
-        now = fw.clock.now()
-        if not await store.try_lead(LEADER_NAME, self.owner, now, self.options.leader_ttl_s):
+        store, now = self.runtime.store, self.runtime.clock.now()
+        if not await lead(store, LEADER_NAME, self.owner, now, self.leader_ttl_s):
             return 0
-        due = await store.due_callbacks(now, self.options.batch)
+        due = await store.due_callbacks(now, self.batch)
         if not due:
             return 0
-        gate = asyncio.Semaphore(self.options.concurrency)
+        gate = asyncio.Semaphore(self.concurrency)
 
         async def one(task: Task) -> None:
             async with gate:
@@ -131,7 +117,7 @@ class Outbox:
         return len(due)
 
     async def _loop(self) -> None:
-        hub = self.fw.runtime.hub
+        hub = self.runtime.hub
         changed = hub.watch_all()
         try:
             while True:
@@ -141,24 +127,24 @@ class Outbox:
                 except Exception:
                     log.exception("outbound webhook pass failed")
                     made = 0
-                if made >= self.options.batch:
+                if made >= self.batch:
                     continue  # maybe more due: go again at once
-                wait = self.options.idle_s
+                wait = self.idle_s
                 if self._next_due is not None:
-                    wait = max(0.0, min(wait, self._next_due - self.fw.clock.now()))
+                    wait = max(0.0, min(wait, self._next_due - self.runtime.clock.now()))
                     self._next_due = None
                 # Woken at once by a status write in this process (a task may just have
                 # ended); the timeout covers retries and other processes' writes.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), wait)
-                await asyncio.sleep(self.options.min_gap_s)
+                await asyncio.sleep(self.min_gap_s)
         finally:
             hub.unwatch_all(changed)
 
     async def _deliver(self, task: Task) -> None:
         assert self._client is not None
-        fw = self.fw
-        now = fw.clock.now()
+        store = self.runtime.store
+        now = self.runtime.clock.now()
         finished = task.finished_at if task.finished_at is not None else task.updated_at
         msg_id = f"msg_{task.id}_{int(finished * 1000)}"
         body = json.dumps(
@@ -169,10 +155,11 @@ class Outbox:
             },
             separators=(",", ":"),
         ).encode()
+        secret = signing_secret(self.runtime.settings.api.keys, task.tenant)
         headers = {
             "content-type": "application/json",
             "user-agent": f"floodway/{floodway.__version__}",
-            **signed_headers(signing_secret(fw.settings, task.tenant), msg_id, int(now), body),
+            **signed_headers(secret, msg_id, int(now), body),
         }
         url = task.callback_url or ""
         try:
@@ -182,23 +169,18 @@ class Outbox:
         except Exception as exc:  # any failure to deliver is the receiver's, never ours to raise
             ok, why = False, f"{type(exc).__name__}: {exc}"
         attempts = task.callback_attempts + 1
+        counts = self.runtime.callbacks_out
         if ok:
-            await fw.store.callback_result(task.id, "delivered", None)
-            self.delivered += 1
-            self._report("delivered")
+            await store.callback_result(task.id, "delivered", None)
+            counts["delivered"] += 1
             return
-        if attempts >= self.options.max_attempts:
+        if attempts >= self.config.max_attempts:
             log.warning("callback for %s to %s given up after %d: %s", task.id, url, attempts, why)
-            await fw.store.callback_result(task.id, "failed", None)
-            self.failed += 1
-            self._report("failed")
+            await store.callback_result(task.id, "failed", None)
+            counts["failed"] += 1
             return
-        next_at = now + self.options.backoff.delay(attempts, self._rng)
+        next_at = now + self.backoff.delay(attempts, self._rng)
         log.info("callback for %s to %s failed (%s); retry %d", task.id, url, why, attempts)
-        await fw.store.callback_result(task.id, "pending", next_at)
+        await store.callback_result(task.id, "pending", next_at)
         self._next_due = next_at if self._next_due is None else min(self._next_due, next_at)
-        self._report("retry")
-
-    def _report(self, result: str) -> None:
-        if self._on_result is not None:
-            self._on_result(result)
+        counts["retry"] += 1

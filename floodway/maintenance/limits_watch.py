@@ -23,10 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 from collections.abc import Collection
 
+from floodway.core.owners import identity_of
 from floodway.core.states import Status
 from floodway.limits.admission import LimitsAdmission
 from floodway.limits.local import LocalLimiterBackend
@@ -37,11 +36,6 @@ log = logging.getLogger("floodway.fleet")
 
 #: The leader lease every process with per-process limits tries to hold.
 LEASE_NAME = "local-limits"
-
-
-def process_identity() -> str:
-    """``host:pid``: the prefix of this process's default worker owners."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def per_process_limits(runtime: Runtime) -> bool:
@@ -57,8 +51,8 @@ def per_process_limits(runtime: Runtime) -> bool:
 class LocalLimitsWatch:
     """Warns when other processes share the ledger while limits are per process.
 
-    ``watch_local_limits(engine, worker.owner)`` starts one (a no-op when limits are shared
-    through Redis, or when nothing is limited); ``await watch.stop()`` ends it."""
+    :meth:`start` starts it (a no-op when limits are shared through Redis, or when nothing is
+    limited); :meth:`stop` ends it."""
 
     def __init__(
         self,
@@ -70,7 +64,8 @@ class LocalLimitsWatch:
         identity: str | None = None,
     ) -> None:
         self.runtime = runtime
-        self.identity = identity or process_identity()
+        #: the name this process holds the ``local-limits`` lease by (its store's identity)
+        self.identity = identity or runtime.store.identity
         self.owners = set(owners)
         self.every_s = every_s
         self.repeat_s = repeat_s
@@ -81,7 +76,7 @@ class LocalLimitsWatch:
         self._task: asyncio.Task[None] | None = None
 
     def ours(self, owner: str) -> bool:
-        return owner in self.owners or owner.startswith(self.identity + ":")
+        return owner in self.owners or identity_of(owner) == self.identity
 
     async def check_once(self) -> set[str]:
         """One round: the peers found (``"?"`` for a peer known only by the lease); warns if
@@ -149,10 +144,3 @@ class LocalLimitsWatch:
         with contextlib.suppress(Exception):
             now = self.runtime.clock.now()
             await self.runtime.store.try_lead(LEASE_NAME, self.identity, now, -1.0)
-
-
-def watch_local_limits(runtime: Runtime, *owners: str, every_s: float = 15.0) -> LocalLimitsWatch:
-    """Start a :class:`LocalLimitsWatch` for this process's workers (``owners``)."""
-    watch = LocalLimitsWatch(runtime, owners, every_s=every_s)
-    watch.start()
-    return watch

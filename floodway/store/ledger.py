@@ -1,0 +1,286 @@
+"""What both stores share: every verb of :class:`~floodway.store.base.Store`, written once over
+two primitives each backend provides (a template method, as saq's queue base does):
+
+- ``_fetch(query)``: run one named read outside any write transaction;
+- ``_commit(write)``: run one write's rule in a commit group (:mod:`floodway.store.group`);
+  its value (or its error) and the task changes it made.
+
+The verbs here build parameters and rows; the decisions are the rules'
+(:mod:`floodway.store.rules`); connections and SQL are the backends'.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from floodway.core.errors import IllegalTransition
+from floodway.core.outcome import Applied, Completion, Succeeded
+from floodway.core.owners import new_identity
+from floodway.core.states import CLAIMABLE, Status, check_transition
+from floodway.core.task import Candidate, NewTask, Submitted, Task
+from floodway.store import rules
+from floodway.store.base import (
+    BatchKey,
+    ChangeListener,
+    ClaimParams,
+    HeartbeatResult,
+    Leader,
+    Purged,
+    ReadyQuery,
+    Retention,
+    StoreStats,
+    TaskChange,
+    TaskEvent,
+    TaskQuery,
+)
+from floodway.store.group import Write, Written
+from floodway.store.rows import (
+    candidate_from_row,
+    claim_args,
+    list_params,
+    park_params,
+    task_from_row,
+)
+from floodway.store.steps import Query, Row, Rule, all_rows, count, one
+
+T = TypeVar("T")
+
+for _state in CLAIMABLE:  # the claim statements move these to running: keep them in the table
+    check_transition(_state, Status.RUNNING)
+
+
+class Ledger(ABC):
+    url: str
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.identity = new_identity()
+        self._listeners: list[ChangeListener] = []
+
+    # -- what a backend provides ----------------------------------------------------------
+    @abstractmethod
+    async def _fetch(self, query: Query) -> Any:
+        """The result of one read, in the query's shape."""
+
+    @abstractmethod
+    async def _commit(self, write: Write) -> Written:
+        """Run ``write`` in a commit group; what it wrote (its error included)."""
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def add_listener(self, listener: ChangeListener) -> None:
+        self._listeners.append(listener)
+
+    async def _write(
+        self,
+        rule: Callable[[list[TaskChange]], Rule[T]],
+        *,
+        wake: bool = False,
+        merge: rules.Submission | None = None,
+    ) -> T:
+        """Run a write; this process's listeners hear of its changes after the commit."""
+        done = await self._commit(Write(rule, wake, merge))
+        if done.error is not None:
+            raise done.error
+        if done.changes:
+            for listener in self._listeners:
+                listener(done.changes)
+        value: T = done.value
+        return value
+
+    async def _one(self, query: str, /, **params: Any) -> Row | None:
+        row: Row | None = await self._fetch(Query(query, params, "one"))
+        return row
+
+    async def _all(self, query: str, /, **params: Any) -> list[Row]:
+        rows: list[Row] = await self._fetch(Query(query, params, "all"))
+        return rows
+
+    async def _tasks(self, query: str, /, **params: Any) -> list[Task]:
+        return [task_from_row(r) for r in await self._all(query, **params)]
+
+    # -- submit and read -------------------------------------------------------------------
+    async def submit(
+        self, new: Sequence[NewTask], now: float, *, batch_key: BatchKey | None = None
+    ) -> list[Submitted]:
+        submission = rules.Submission(new, now, batch_key)
+
+        def rule(changes: list[TaskChange]) -> Rule[list[Submitted]]:
+            return (yield from rules.submit([submission], changes))[0]
+
+        return await self._write(rule, merge=submission if submission.mergeable else None)
+
+    async def get(self, task_id: str, tenant: str | None = None) -> Task | None:
+        row = await self._one("get_task", id=task_id)
+        if row is None or (tenant is not None and row["tenant"] != tenant):
+            return None
+        return task_from_row(row)
+
+    async def list_tasks(self, query: TaskQuery) -> list[Task]:
+        return await self._tasks("list_tasks", **list_params(query))
+
+    async def events(self, task_id: str, after_seq: int = 0) -> list[TaskEvent]:
+        rows = await self._all("list_events", task_id=task_id, after_seq=after_seq)
+        return [
+            TaskEvent(
+                r["seq"], r["task_id"], Status(r["status"]), r["at"], r["attempt"], r["detail"]
+            )
+            for r in rows
+        ]
+
+    async def stats(self, tenant: str | None = None) -> StoreStats:
+        by_status: dict[str, int] = {s.value: 0 for s in Status}
+        by_kind: dict[str, dict[str, int]] = {}
+        for r in await self._all("stats", tenant=tenant):
+            by_status[r["status"]] += r["count"]
+            by_kind.setdefault(r["kind"], {})[r["status"]] = r["count"]
+        return StoreStats(by_status, by_kind)
+
+    async def batch_counts(self, batch_id: str, tenant: str | None) -> dict[str, int]:
+        rows = await self._all("batch_counts", batch_id=batch_id, tenant=tenant)
+        return {r["status"]: r["count"] for r in rows}
+
+    # -- the worker's hot path -------------------------------------------------------------
+    async def ready(self, query: ReadyQuery) -> list[Candidate]:
+        rows = await self._all("ready", kinds=query.kinds, now=query.now, limit=query.limit)
+        return [candidate_from_row(r) for r in rows]
+
+    async def claim(self, params: ClaimParams) -> list[Task]:
+        args = claim_args(params)
+        if params.ids is None:
+            name = "claim_next"
+            args.update(kinds=params.kinds, limit=params.limit)
+        else:
+            name = "claim_ids"
+            args.update(ids=params.ids)
+
+        def rule(changes: list[TaskChange]) -> Rule[list[Task]]:
+            tasks = [task_from_row(r) for r in (yield from all_rows(name, **args))]  # logged
+            changes.extend(TaskChange(t.id, t.status, t.tenant) for t in tasks)
+            return tasks
+
+        tasks = await self._write(rule)
+        tasks.sort(key=lambda t: (t.lane.rank, t.seq))
+        return tasks
+
+    async def complete(self, items: Sequence[Completion], now: float) -> list[Applied]:
+        for item in items:
+            check_transition(item.expected, item.to)
+            if item.expected is Status.RUNNING and item.lease_token is None and not item.parked:
+                raise IllegalTransition(item.expected, item.to, "a running task needs its lease")
+        return await self._write(lambda changes: rules.complete(items, now, changes))
+
+    async def heartbeat(
+        self, leases: Sequence[tuple[str, str]], now: float, lease_s: float
+    ) -> HeartbeatResult:
+        if not leases:
+            return HeartbeatResult()
+        return await self._write(lambda _: rules.heartbeat(leases, now, lease_s))
+
+    async def set_upstream_ref(self, task_id: str, lease_token: str, ref: str, now: float) -> bool:
+        params = {"id": task_id, "token": lease_token, "ref": ref, "now": now}
+        return bool(await self._write(lambda _: count("set_upstream_ref", **params)))
+
+    async def park(
+        self,
+        task_id: str,
+        lease_token: str,
+        ref: str,
+        poll_at: float,
+        now: float,
+        *,
+        polled: bool = False,
+    ) -> bool:
+        params = park_params(task_id, lease_token, ref, poll_at, now, polled)
+        # Woken: a process that sleeps until the next parked poll may need to come earlier.
+        return bool(await self._write(lambda _: count("park", **params), wake=True))
+
+    async def claim_parked(self, params: ClaimParams) -> list[Task]:
+        args = {**claim_args(params), "kinds": params.kinds, "limit": params.limit}
+        rows = await self._write(lambda _: all_rows("claim_parked", **args))
+        return [task_from_row(r) for r in rows]
+
+    async def next_parked_at(self) -> float | None:
+        row = await self._one("next_parked_at")
+        return None if row is None else row["at"]
+
+    async def find_upstream(self, kind: str, ref: str) -> Task | None:
+        row = await self._one("find_upstream", kind=kind, ref=ref)
+        return None if row is None else task_from_row(row)
+
+    async def due_callbacks(self, now: float, limit: int) -> list[Task]:
+        return await self._tasks("due_callbacks", now=now, limit=limit)
+
+    async def callback_result(self, task_id: str, state: str, next_at: float | None) -> None:
+        params = {"id": task_id, "state": state, "next_at": next_at}
+        await self._write(lambda _: count("callback_result", **params))
+
+    # -- requests from people ------------------------------------------------------------
+    async def request_cancel(self, task_id: str, tenant: str | None, now: float) -> Task:
+        # Woken even for a running task: its worker may be in another process.
+        return await self._write(
+            lambda changes: rules.cancel(task_id, tenant, now, changes), wake=True
+        )
+
+    async def manual_retry(self, task_id: str, tenant: str | None, now: float) -> Task:
+        return await self._write(lambda changes: rules.manual_retry(task_id, tenant, now, changes))
+
+    # -- recovery and maintenance --------------------------------------------------------
+    async def open_attempts(self, limit: int) -> list[Task]:
+        return await self._tasks("open_attempts", limit=limit)
+
+    async def lease_owners(self) -> list[str]:
+        return [r["lease_owner"] for r in await self._all("lease_owners")]
+
+    async def expired_leases(self, now: float, limit: int) -> list[Task]:
+        return await self._tasks("expired_leases", now=now, limit=limit)
+
+    async def attempts_of(self, owners: Sequence[str], limit: int) -> list[Task]:
+        if not owners:
+            return []
+        return await self._tasks("attempts_of", owners=tuple(owners), limit=limit)
+
+    async def orphan_attempt(
+        self, task_id: str, lease_token: str, until: float, now: float
+    ) -> bool:
+        return await self._write(lambda _: rules.orphan_attempt(task_id, lease_token, until, now))
+
+    async def ended_orphans(self, now: float, limit: int) -> list[Task]:
+        return await self._tasks("ended_orphans", now=now, limit=limit)
+
+    async def close_attempt(
+        self, task_id: str, lease_token: str, result: Succeeded | None, now: float
+    ) -> bool:
+        return await self._write(
+            lambda changes: rules.close_attempt(task_id, lease_token, result, now, changes)
+        )
+
+    async def past_deadline(self, now: float, limit: int) -> list[Task]:
+        return await self._tasks("past_deadline", now=now, limit=limit)
+
+    async def purge(self, retention: Retention) -> Purged:
+        results_before = retention.now - retention.result_ttl_s
+        rows_before = retention.now - retention.row_ttl_s
+
+        def rule(_: list[TaskChange]) -> Rule[Purged]:
+            cleared = yield from count("purge_results", before=results_before)
+            yield from count("purge_fingerprints", before=results_before)
+            deleted = yield from count("purge_rows", before=rows_before)
+            yield from count("purge_events", before=rows_before)
+            keys = yield from count("purge_keys", now=retention.now)
+            return Purged(cleared, deleted, keys)
+
+        return await self._write(rule)
+
+    async def try_lead(self, name: str, owner: str, now: float, ttl_s: float) -> bool:
+        params = {"name": name, "owner": owner, "now": now, "expires_at": now + ttl_s}
+        return await self._write(lambda _: one("try_lead", **params)) is not None
+
+    async def leader(self, name: str) -> Leader | None:
+        row = await self._one("leader", name=name)
+        return None if row is None else Leader(row["owner"], row["expires_at"])
+
+    async def take_lead(self, name: str, owner: str, dead: str, now: float, ttl_s: float) -> bool:
+        params = {"name": name, "owner": owner, "dead": dead, "expires_at": now + ttl_s}
+        return bool(await self._write(lambda _: count("take_lead", **params)))

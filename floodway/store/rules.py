@@ -1,0 +1,535 @@
+"""The ledger's rules, written once for every backend.
+
+Each rule is a generator of :mod:`steps <floodway.store.steps>`: it decides, the backend runs
+the named statements (SQLite in its writer thread, PostgreSQL on a pooled connection) inside
+the transaction of a commit group (:mod:`floodway.store.group`). Concurrency differs (SQLite
+has one writer, PostgreSQL many), so every read a decision rests on either locks what it reads
+(``lock_*`` statements: ``FOR UPDATE`` on PostgreSQL, plain reads on SQLite) or is an
+``INSERT ... ON CONFLICT`` that waits for a concurrent inserter. Writers that end a task lock
+its row, then its fingerprint's, then its waiters'; a submitter locks only the fingerprint's
+(its own new row is invisible to others); so the usual paths queue instead of deadlocking.
+
+The rules, in the order a task meets them:
+
+- **submit**: the request key (the same key returns the same task; another body is a
+  conflict), the interactive depth, the insert, then the **work rule**: own the work's
+  fingerprint, or take the result of the same work that succeeded (``deduped``), or wait for the
+  same work in flight, lending it this task's urgency (its lane) so that waiting is never
+  slower than running alone.
+- **complete**: a compare-and-set of the status; when the task ends, its work passes on: a
+  success resolves every waiter with the result, any other end promotes the first waiter to run
+  the work. Unless the task's call may still be running at the provider (the attempt stays
+  open): then the work waits for the call, and its last write closes the attempt.
+- **cancel**, **manual retry**: the same compare-and-sets, and a retry follows the work rule of
+  a submit (a retried task never pays for work the ledger holds as done).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from floodway.core.errors import (
+    AdmissionRefused,
+    AttemptStillOpen,
+    IdempotencyConflict,
+    IllegalTransition,
+    TaskNotFound,
+)
+from floodway.core.outcome import Applied, Completion, Succeeded
+from floodway.core.states import TERMINAL, Status, check_transition
+from floodway.core.task import ErrorClass, ErrorInfo, Lane, NewTask, Submitted, Task, new_id
+from floodway.store.base import BatchKey, HeartbeatResult, TaskChange
+from floodway.store.rows import (
+    completion_params,
+    dumps,
+    insert_params,
+    task_from_row,
+)
+from floodway.store.steps import Row, Rule, all_rows, count, one
+
+#: the event detail of a task resolved by another tenant's work (its id stays private)
+SHARED = "shared work"
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One submit: its tasks, when, and the request key of the whole batch (if any)."""
+
+    tasks: Sequence[NewTask]
+    now: float
+    batch_key: BatchKey | None = None
+
+    @property
+    def mergeable(self) -> bool:
+        """May share one INSERT with other submits' tasks. A depth check counts under a
+        per-tenant lock: it goes task by task."""
+        return not any(_checks_depth(n) for n in self.tasks)
+
+
+class _Key(Enum):
+    RESERVED = "reserved"  # the key was free: it now names the new task
+    EXPIRED = "expired"  # the key had expired: ours (locked) to point at the new task
+
+
+# -- reading within a rule ------------------------------------------------------------------
+
+
+def load(task_id: str, *, lock: bool = False) -> Rule[Task]:
+    row = yield from one("lock_task" if lock else "get_task", id=task_id)
+    if row is None:
+        raise TaskNotFound(task_id)
+    return task_from_row(row)
+
+
+def event(task_id: str, status: Status, now: float, attempt: int, detail: str = "") -> Rule[None]:
+    yield from count(
+        "insert_event", task_id=task_id, status=status.value, at=now, attempt=attempt, detail=detail
+    )
+
+
+# -- submit ---------------------------------------------------------------------------------
+
+
+def submit(
+    submissions: Sequence[Submission], changes: list[TaskChange]
+) -> Rule[list[list[Submitted]]]:
+    """Several submits as one: their tasks share one statement (request keys reserved,
+    tasks inserted, queued events logged, free fingerprints owned); a task whose request key
+    is taken already (a replay, a conflict, an expired key), whose work is owned already, or
+    that checks a depth limit, goes on alone."""
+    for s in submissions:
+        if s.batch_key is not None and s.tasks:
+            yield from _batch_key(s.tasks[0], s.batch_key, s.now)
+    fast = [(n, s.now, new_id(s.now)) for s in submissions if s.mergeable for n in s.tasks]
+    inserted: dict[str, Row] = {}
+    if fast:
+        given = [_insert_row(task_id, n, now) for n, now, task_id in fast]
+        for got in (yield from all_rows("insert_tasks", rows=given)):
+            inserted[got["id"]] = got
+    ids = iter(fast)
+    results: list[list[Submitted]] = []
+    for s in submissions:
+        done: list[Submitted] = []
+        for n in s.tasks:
+            row = inserted.get(next(ids)[2]) if s.mergeable else None
+            if row is None:  # its key was taken, or it goes alone anyway
+                done.append((yield from submit_one(n, s.now, changes)))
+                continue
+            task = task_from_row(row)
+            if n.fingerprint is not None and not row["owns_work"]:
+                task = yield from claim_work(task, n.fingerprint, s.now)
+            changes.append(TaskChange(task.id, task.status, task.tenant))
+            done.append(Submitted(task))
+        results.append(done)
+    return results
+
+
+def _insert_row(task_id: str, new: NewTask, now: float) -> dict[str, Any]:
+    params = insert_params(task_id, new, now)
+    if new.request_key is not None:
+        params.update(request_hash=new.request_hash, key_expires_at=now + new.key_ttl_s)
+    return params
+
+
+def submit_one(new: NewTask, now: float, changes: list[TaskChange]) -> Rule[Submitted]:
+    task_id = new_id(now)
+    expired = False
+    if new.request_key is not None:
+        found = yield from _reserve_key(
+            new.tenant, new.request_key, new.request_hash, task_id, now + new.key_ttl_s, now
+        )
+        if isinstance(found, str):  # a replay: the task the key names
+            return Submitted((yield from load(found)), reused=True)
+        expired = found is _Key.EXPIRED
+    if _checks_depth(new):
+        yield from _check_depth(new)
+    row = yield from one("insert_task", **insert_params(task_id, new, now))
+    assert row is not None  # INSERT ... RETURNING always returns the row
+    yield from event(task_id, Status.QUEUED, now, 0)
+    task = task_from_row(row)
+    if new.fingerprint is not None:
+        task = yield from claim_work(task, new.fingerprint, now)
+    if expired:  # we hold the expired key's row: point it at the new task
+        yield from count(
+            "put_request_key",
+            tenant=new.tenant,
+            key=new.request_key,
+            task_id=task.id,
+            request_hash=new.request_hash,
+            expires_at=now + new.key_ttl_s,
+        )
+    changes.append(TaskChange(task.id, task.status, task.tenant))
+    return Submitted(task)
+
+
+def _reserve_key(
+    tenant: str, key: str, request_hash: str, task_id: str, expires_at: float, now: float
+) -> Rule[str | _Key]:
+    """Reserve the request key for ``task_id``, or find it expired (locked, ours to reuse),
+    or find it live: the id it names, or IdempotencyConflict for another body."""
+    while True:
+        reserved = yield from count(
+            "reserve_request_key",
+            tenant=tenant,
+            key=key,
+            task_id=task_id,
+            request_hash=request_hash,
+            expires_at=expires_at,
+        )
+        if reserved:
+            return _Key.RESERVED
+        hit = yield from one("lock_request_key", tenant=tenant, key=key)
+        if hit is not None:
+            break
+        # Purged between the two statements: try to reserve it again.
+    if hit["expires_at"] < now:
+        return _Key.EXPIRED
+    if hit["request_hash"] != request_hash:
+        raise IdempotencyConflict(key, hit["task_id"])
+    task: str = hit["task_id"]
+    return task
+
+
+def _batch_key(first: NewTask, batch: BatchKey, now: float) -> Rule[None]:
+    """A batch's own key: a replay of the same batch goes on (each task finds its own key);
+    the same key with another list of tasks is a conflict (reported with the batch's id)."""
+    batch_id = first.batch_id or new_id(now, prefix="b")
+    found = yield from _reserve_key(
+        first.tenant, batch.key, batch.request_hash, batch_id, now + batch.ttl_s, now
+    )
+    if found is _Key.EXPIRED:
+        yield from count(
+            "put_request_key",
+            tenant=first.tenant,
+            key=batch.key,
+            task_id=batch_id,
+            request_hash=batch.request_hash,
+            expires_at=now + batch.ttl_s,
+        )
+
+
+def _checks_depth(new: NewTask) -> bool:
+    return new.lane is Lane.INTERACTIVE and new.interactive_depth > 0
+
+
+def _check_depth(new: NewTask) -> Rule[None]:
+    # Count and insert under one per-tenant lock, so concurrent submitters cannot both see
+    # room for one more; the lock ends with the transaction.
+    yield from one("lock_tenant_depth", tenant=new.tenant)
+    row = yield from one("count_interactive", tenant=new.tenant)
+    depth = int(row["depth"]) if row else 0
+    if depth >= new.interactive_depth:
+        raise AdmissionRefused(
+            "interactive_depth",
+            f"too fast: tenant {new.tenant!r} already has {depth} interactive tasks in "
+            f"flight (limit {new.interactive_depth}); wait for one to finish",
+            retry_after=1.0,
+        )
+
+
+# -- the work rule --------------------------------------------------------------------------
+
+
+def claim_work(task: Task, fp: str, now: float) -> Rule[Task]:
+    """A queued task and its work: own the fingerprint, or take the result of the same work
+    that succeeded, or wait for the same work in flight and lend it this task's lane."""
+    while True:
+        if (yield from count("claim_fingerprint", fingerprint=fp, task_id=task.id, now=now)):
+            return task
+        # Locked: an owner that is completing right now finishes first, and one that ends
+        # after us finds our task among its waiters.
+        owner = yield from one("lock_fingerprint", fingerprint=fp)
+        if owner is not None:
+            break
+        # The owner ended without heirs and dropped the row meanwhile: claim it again.
+    same_tenant = owner["tenant"] == task.tenant
+    if owner["state"] == "succeeded":
+        source = yield from load(owner["task_id"])
+        check_transition(Status.QUEUED, Status.DEDUPED)
+        yield from count(
+            "mark_deduped",
+            id=task.id,
+            duplicate_of=source.id if same_tenant else None,
+            result=dumps(source.result),
+            now=now,
+        )
+        detail = f"result of {source.id}" if same_tenant else f"result of {SHARED}"
+        yield from event(task.id, Status.DEDUPED, now, 0, detail)
+    else:
+        primary = owner["task_id"]
+        yield from count(
+            "wait_for", id=task.id, waits_for=primary, duplicate_of=primary if same_tenant else None
+        )
+        yield from count("lend_urgency", id=primary, lane_rank=task.lane.rank)
+    return (yield from load(task.id))
+
+
+def release_work(
+    task_id: str, fp: str | None, to: Status, result: Any, now: float, changes: list[TaskChange]
+) -> Rule[tuple[str, ...]]:
+    """A task that owned a fingerprint ended its work: a success resolves its waiters with the
+    result, any other end hands the work to the first waiter. Returns the waiters released."""
+    if fp is None or to not in TERMINAL:
+        return ()
+    if to is Status.SUCCEEDED:
+        return (yield from _work_succeeded(task_id, fp, result, now, changes))
+    return (yield from _hand_over(task_id, fp, now, changes))
+
+
+def _work_succeeded(
+    task_id: str, fp: str, result: Any, now: float, changes: list[TaskChange]
+) -> Rule[tuple[str, ...]]:
+    # This UPDATE takes the fingerprint's lock before the waiters are read.
+    if not (yield from count("fingerprint_succeeded", fingerprint=fp, task_id=task_id, now=now)):
+        return ()
+    rows = yield from all_rows("resolve_waiters", owner=task_id, result=dumps(result), now=now)
+    for r in rows:
+        detail = f"result of {task_id}" if r["duplicate_of"] else f"result of {SHARED}"
+        yield from event(r["id"], Status.DEDUPED, now, 0, detail)
+        changes.append(TaskChange(r["id"], Status.DEDUPED, r["tenant"]))
+    return tuple(r["id"] for r in rows)
+
+
+def _hand_over(
+    task_id: str, fp: str, now: float, changes: list[TaskChange]
+) -> Rule[tuple[str, ...]]:
+    owner = yield from one("lock_fingerprint", fingerprint=fp)
+    if owner is None or owner["task_id"] != task_id:
+        return ()
+    heir = yield from one("first_waiter", waits_for=task_id)
+    if heir is None:
+        yield from count("fingerprint_drop", fingerprint=fp, task_id=task_id)
+        return ()
+    heir_id = heir["id"]
+    yield from count(
+        "fingerprint_handover", fingerprint=fp, task_id=task_id, new_task_id=heir_id, now=now
+    )
+    yield from count("promote_waiter", id=heir_id, now=now)
+    yield from count("repoint_waiters", waits_for=task_id, new_task_id=heir_id)
+    # The heir carries the work now: it runs as urgently as the most urgent task waiting.
+    yield from count("inherit_urgency", id=heir_id)
+    changes.append(TaskChange(heir_id, Status.QUEUED, heir["tenant"]))
+    return (heir_id,)
+
+
+# -- status writes --------------------------------------------------------------------------
+
+
+def complete(
+    items: Sequence[Completion], now: float, changes: list[TaskChange]
+) -> Rule[list[Applied]]:
+    """Each item's compare-and-set, in a few statements instead of a few per item when no
+    item's write can change what another's sees (distinct tasks, none of them queued:
+    releasing a fingerprint touches queued waiters only); otherwise item by item."""
+    ids = [i.task_id for i in items]
+    if (
+        len(items) < 2
+        or len(set(ids)) < len(ids)
+        or any(i.expected is Status.QUEUED for i in items)
+    ):
+        one_by_one = []
+        for item in items:
+            one_by_one.append((yield from complete_one(item, now, changes)))
+        return one_by_one
+    given = [{**completion_params(i, now), "detail": _detail(i)} for i in items]
+    moved = {r["id"]: r for r in (yield from all_rows("complete_many", rows=given, now=now))}
+    missed = [i for i in items if i.task_id not in moved]
+    found: dict[str, Row] = {}
+    if missed:
+        rows = yield from all_rows("attempts_of_ids", ids=[i.task_id for i in missed])
+        found = {r["id"]: r for r in rows}
+    released = yield from _release_succeeded(items, moved, now, changes)
+    applied: list[Applied] = []
+    for item in items:
+        row = moved.get(item.task_id)
+        if row is None:
+            applied.append((yield from _not_moved(item, found.get(item.task_id), now, changes)))
+            continue
+        changes.append(TaskChange(item.task_id, item.to, row["tenant"]))
+        if item.task_id in released:
+            freed = released[item.task_id]
+        elif item.closes_attempt:
+            freed = yield from release_work(
+                item.task_id, row["fingerprint"], item.to, item.result, now, changes
+            )
+        else:
+            freed = ()
+        applied.append(Applied(item.task_id, True, item.to, freed))
+    return applied
+
+
+def complete_one(item: Completion, now: float, changes: list[TaskChange]) -> Rule[Applied]:
+    row = yield from one("complete", **completion_params(item, now))
+    if row is None:
+        current = yield from one("attempt_of", id=item.task_id)
+        return (yield from _not_moved(item, current, now, changes))
+    yield from event(item.task_id, item.to, now, row["attempts"], _detail(item))
+    changes.append(TaskChange(item.task_id, item.to, row["tenant"]))
+    freed: tuple[str, ...] = ()
+    if item.closes_attempt:
+        freed = yield from release_work(
+            item.task_id, row["fingerprint"], item.to, item.result, now, changes
+        )
+    return Applied(item.task_id, True, item.to, freed)
+
+
+def _detail(item: Completion) -> str:
+    return item.error.message if item.error else ""
+
+
+def _release_succeeded(
+    items: Sequence[Completion], moved: dict[str, Row], now: float, changes: list[TaskChange]
+) -> Rule[dict[str, tuple[str, ...]]]:
+    """:func:`release_work` for every item that succeeded with a fingerprint, at once: the
+    waiters each one resolved, by owner (empty: owned nothing, freed none)."""
+    done = [
+        (i, moved[i.task_id]["fingerprint"])
+        for i in items
+        if i.to is Status.SUCCEEDED
+        and i.closes_attempt
+        and i.task_id in moved
+        and moved[i.task_id]["fingerprint"]
+    ]
+    if not done:
+        return {}
+    released: dict[str, list[str]] = {i.task_id: [] for i, _ in done}
+    marked = [{"fingerprint": fp, "task_id": i.task_id} for i, fp in done]
+    owners = {
+        r["task_id"] for r in (yield from all_rows("fingerprints_succeeded", rows=marked, now=now))
+    }
+    if owners:
+        owned = [
+            {"owner": i.task_id, "result": dumps(i.result)} for i, _ in done if i.task_id in owners
+        ]
+        for r in (yield from all_rows("resolve_waiters_of", rows=owned, now=now)):
+            released[r["owner"]].append(r["id"])
+            changes.append(TaskChange(r["id"], Status.DEDUPED, r["tenant"]))
+    return {owner: tuple(ids) for owner, ids in released.items()}
+
+
+def _not_moved(
+    item: Completion, current: Row | None, now: float, changes: list[TaskChange]
+) -> Rule[Applied]:
+    """The compare-and-set found the task elsewhere. If it is a running task's last write and
+    the task ended meanwhile with this very attempt still open (a deadline passed mid-call, or
+    a cancel while others wait for the work), the write closes the attempt instead."""
+    if current is None:
+        return Applied(item.task_id, False)
+    status = Status(current["status"])
+    ours = (
+        item.expected is Status.RUNNING
+        and item.lease_token is not None
+        and current["lease_token"] == item.lease_token
+        and status in TERMINAL
+    )
+    if not ours:
+        return Applied(item.task_id, False, status)
+    result = Succeeded(item.result) if item.to is Status.SUCCEEDED else None
+    assert item.lease_token is not None
+    freed = yield from _close(item.task_id, item.lease_token, result, now, changes)
+    return Applied(item.task_id, False, status, freed or (), closed=freed is not None)
+
+
+def close_attempt(
+    task_id: str, token: str, result: Succeeded | None, now: float, changes: list[TaskChange]
+) -> Rule[bool]:
+    return (yield from _close(task_id, token, result, now, changes)) is not None
+
+
+def _close(
+    task_id: str, token: str, result: Succeeded | None, now: float, changes: list[TaskChange]
+) -> Rule[tuple[str, ...] | None]:
+    """Close an ended task's open attempt; None when it was not open under ``token``. A
+    success is kept: on the task's row (its status unchanged) and for the work's waiters."""
+    row = yield from one(
+        "close_attempt",
+        id=task_id,
+        token=token,
+        succeeded=result is not None,
+        result=dumps(None if result is None else result.result),
+        now=now,
+    )
+    if row is None:
+        return None
+    status = Status(row["status"])
+    changes.append(TaskChange(task_id, status, row["tenant"]))
+    to = Status.SUCCEEDED if result is not None else status
+    value = None if result is None else result.result
+    return (yield from release_work(task_id, row["fingerprint"], to, value, now, changes))
+
+
+def orphan_attempt(task_id: str, token: str, until: float, now: float) -> Rule[bool]:
+    return bool((yield from count("orphan_attempt", id=task_id, token=token, until=until, now=now)))
+
+
+def heartbeat(
+    leases: Sequence[tuple[str, str]], now: float, lease_s: float
+) -> Rule[HeartbeatResult]:
+    given = [{"id": task_id, "token": token} for task_id, token in leases]
+    rows = yield from all_rows("heartbeat", rows=given, now=now, expires_at=now + lease_s)
+    held = {r["id"]: bool(r["cancel_requested"]) for r in rows}
+    lost = tuple(task_id for task_id, _ in leases if task_id not in held)
+    cancel = tuple(task_id for task_id, _ in leases if held.get(task_id))
+    return HeartbeatResult(lost, cancel)
+
+
+# -- requests from people -------------------------------------------------------------------
+
+
+def cancel(task_id: str, tenant: str | None, now: float, changes: list[TaskChange]) -> Rule[Task]:
+    task = yield from load(task_id, lock=True)
+    if tenant is not None and task.tenant != tenant:
+        raise TaskNotFound(task_id)
+    check_transition(task.status, Status.CANCELLED)
+    error = ErrorInfo(ErrorClass.CANCELLED, "cancelled", "cancelled by request")
+    if task.status is Status.RUNNING:
+        waiting = yield from one("has_waiters", id=task_id)
+        if task.parked or task.lease_token is None or waiting is None:
+            # Nobody else wants the work: the worker (or the poller) stops the call.
+            yield from count("request_cancel_running", id=task_id, now=now)
+            return (yield from load(task_id))
+        # Others wait for this work: this task ends now, its call goes on for them.
+        item = Completion(
+            task_id,
+            Status.CANCELLED,
+            Status.RUNNING,
+            task.lease_token,
+            error=error,
+            keep_attempt=True,
+        )
+        if not (yield from complete_one(item, now, changes)).applied:
+            raise IllegalTransition(task.status, Status.CANCELLED, "the task changed meanwhile")
+        return (yield from load(task_id))
+    written = yield from one(
+        "cancel_now", id=task_id, expected=task.status.value, now=now, error=dumps(error.to_json())
+    )
+    if written is None:
+        raise IllegalTransition(task.status, Status.CANCELLED, "the task changed meanwhile")
+    yield from event(task_id, Status.CANCELLED, now, task.attempts, "cancelled by request")
+    changes.append(TaskChange(task_id, Status.CANCELLED, task.tenant))
+    if task.waits_for is None:
+        yield from release_work(task_id, task.fingerprint, Status.CANCELLED, None, now, changes)
+    return (yield from load(task_id))
+
+
+def manual_retry(
+    task_id: str, tenant: str | None, now: float, changes: list[TaskChange]
+) -> Rule[Task]:
+    task = yield from load(task_id, lock=True)
+    if tenant is not None and task.tenant != tenant:
+        raise TaskNotFound(task_id)
+    check_transition(task.status, Status.QUEUED)
+    if task.lease_token is not None and task.lease_expires_at is not None:
+        raise AttemptStillOpen(task_id, task.status.value, task.lease_expires_at, now)
+    written = yield from one("manual_retry", id=task_id, expected=task.status.value, now=now)
+    if written is None:
+        raise IllegalTransition(task.status, Status.QUEUED, "the task changed meanwhile")
+    yield from event(task_id, Status.QUEUED, now, 0, "manual retry")
+    retried = yield from load(task_id)
+    if task.fingerprint is not None:
+        retried = yield from claim_work(retried, task.fingerprint, now)
+    changes.append(TaskChange(task_id, retried.status, task.tenant))
+    return retried
