@@ -48,7 +48,7 @@ from bench.quota import (
 )
 from floodway import Floodway
 from floodway.providers.sim import RunningSimulator
-from tests import support
+from harness import processes as support
 
 ROOT = Path(__file__).resolve().parents[1]
 LEASE = "3s"

@@ -51,7 +51,7 @@ from floodway.providers.sim import SimulatorConfig, SimulatorState, running_simu
 from floodway.providers.sim.model import Job, Outcome
 from floodway.providers.sim.state import Decision
 from floodway.store.base import TaskQuery
-from tests.acceptance.fleet_app import (
+from harness.fleet import (
     KIND,
     PG_URL,
     ApiProcess,
@@ -63,7 +63,7 @@ from tests.acceptance.fleet_app import (
     spawn_api,
     spawn_worker,
 )
-from tests.support import until
+from harness.processes import until
 
 CAP = 10
 CLAIM_FAILED = "dispatch paused"  # what a worker logs while the limiter is out of reach

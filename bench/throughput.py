@@ -30,7 +30,7 @@ from bench.common import median, write_result
 from bench.noop_app import build
 from floodway import Floodway, Status
 from floodway.store.base import TaskQuery
-from tests.acceptance.fleet_app import fresh_database
+from harness.fleet import fresh_database
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,6 +6,7 @@ from floodway.config import Settings, load_settings
 from floodway.context import Context
 from floodway.core.errors import (
     AdmissionRefused,
+    AttemptStillOpen,
     ConfigError,
     FatalError,
     FloodwayError,
@@ -25,11 +26,11 @@ from floodway.core.errors import (
 from floodway.core.outcome import Parked
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Lane, SubmitRequest, Submitted, Task
-
-__version__ = "0.1.0"
+from floodway.version import __version__
 
 __all__ = [
     "AdmissionRefused",
+    "AttemptStillOpen",
     "Client",
     "ConfigError",
     "Context",

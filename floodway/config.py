@@ -86,7 +86,15 @@ class TenantConfig(_Strict):
 
 
 class ApiConfig(_Strict):
+    #: API key -> tenant. No keys (and no admin keys): the API is open, bound to loopback only.
     keys: dict[str, str] = Field(default_factory=dict)
+    #: operator keys (key -> tenant, as ``keys``): they act as their tenant for tasks, and see
+    #: every tenant in ``/v1/stats`` and ``/metrics``
+    admin_keys: dict[str, str] = Field(default_factory=dict)
+    #: also serve ``/metrics``, without a key, on this port of ``metrics_host`` (for a
+    #: Prometheus on a private network); None: only on the API's port, where keys apply
+    metrics_port: int | None = Field(None, ge=1, le=65535)
+    metrics_host: str = "127.0.0.1"
     max_body_bytes: int = Field(1_048_576, gt=0)
     max_json_depth: int = Field(32, gt=0)
     #: hosts a task's ``callback_url`` may name (``hooks.example.com``, ``*.example.com``);

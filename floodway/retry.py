@@ -43,6 +43,7 @@ class RetryPolicy:
                 ErrorInfo(ErrorClass.RETRYABLE, exc.error_type, exc.message),
                 retry_after=exc.retry_after,
                 throttled=exc.throttled,
+                in_progress=exc.in_progress,
                 upstream_status=exc.status,
             )
         if isinstance(exc, InvalidOutput):
@@ -89,7 +90,13 @@ class RetryPolicy:
             return self._retry(task, retry, None, False, now, rng, invalid=True, cost=cost)
         if error.cls is ErrorClass.RETRYABLE:
             return self._retry(
-                task, error, outcome.retry_after, outcome.throttled, now, rng, cost=cost
+                task,
+                error,
+                outcome.retry_after,
+                outcome.throttled or outcome.in_progress,
+                now,
+                rng,
+                cost=cost,
             )
         if error.cls is ErrorClass.TIMEOUT:
             return write(Status.TIMEOUT, error=error, cost_actual=cost)
@@ -100,14 +107,16 @@ class RetryPolicy:
         task: Task,
         error: ErrorInfo,
         retry_after: float | None,
-        throttled: bool,
+        free: bool,
         now: float,
         rng: random.Random | None,
         *,
         invalid: bool = False,
         cost: float | None = None,
     ) -> Completion:
-        if not throttled and task.attempts >= task.max_attempts:
+        """``free``: not the task's failure (a throttle, the same work in progress): no attempt
+        is spent, at least ``throttle_floor_s`` is waited."""
+        if not free and task.attempts >= task.max_attempts:
             dead = ErrorInfo(
                 ErrorClass.EXHAUSTED,
                 error.type,
@@ -122,7 +131,7 @@ class RetryPolicy:
             )
         if retry_after is not None:
             delay = max(0.0, retry_after)
-        elif throttled:
+        elif free:
             delay = max(self.throttle_floor_s, self.backoff.delay(task.attempts, rng))
         else:
             delay = self.backoff.delay(task.attempts, rng)
@@ -145,7 +154,7 @@ class RetryPolicy:
             Status.RETRYING,
             error=error,
             next_attempt_at=at,
-            refund_attempt=throttled,
+            refund_attempt=free,
             invalid_output=invalid,
             cost_actual=cost,
         )

@@ -7,8 +7,11 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
-import floodway
 from floodway.api.guard import GuardMiddleware
 from floodway.api.openapi import install_openapi
 from floodway.api.problems import install_problem_handlers
@@ -17,6 +20,8 @@ from floodway.api.state import ApiState
 from floodway.app import Floodway
 from floodway.limits.factory import build_backend
 from floodway.limits.submit_rate import SubmitRateLimiter
+from floodway.serving import serve_app
+from floodway.version import __version__
 
 DESCRIPTION = """A durable scheduler for calls to rate-limited, billed AI providers.
 
@@ -51,6 +56,12 @@ def create_app(
                     state.submit_rate = SubmitRateLimiter(fw.settings.tenants, backend)
                 if run_workers:
                     await stack.enter_async_context(fw.worker(concurrency))
+                api = fw.settings.api
+                if api.metrics_port is not None:
+                    metrics = metrics_app(state)
+                    await stack.enter_async_context(
+                        serve_app(metrics, api.metrics_port, api.metrics_host)
+                    )
                 yield
         finally:
             state.submit_rate = None
@@ -59,7 +70,7 @@ def create_app(
 
     app = FastAPI(
         title="floodway",
-        version=floodway.__version__,
+        version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
     )
@@ -78,6 +89,15 @@ def create_app(
     )
     install_openapi(app, kinds=fw.kinds.names)
     return app
+
+
+def metrics_app(state: ApiState) -> Starlette:
+    """``/metrics`` alone, without keys, for ``[api] metrics_port`` (a private listener)."""
+
+    async def metrics(_: Request) -> Response:
+        return await ops.render_metrics(state)
+
+    return Starlette(routes=[Route("/metrics", metrics)])
 
 
 def _is_open(fw: Floodway) -> bool:

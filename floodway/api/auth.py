@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -20,7 +22,16 @@ _bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <API k
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="the API key")
 
 
-def tenant_for_key(keys: dict[str, str], presented: str) -> str | None:
+@dataclass(frozen=True)
+class Caller:
+    """Who calls: the tenant every task read and write is scoped to, and whether the key is an
+    operator's (``[api] admin_keys``): operators see every tenant's statistics and metrics."""
+
+    tenant: str
+    operator: bool = False
+
+
+def tenant_for_key(keys: Mapping[str, str], presented: str) -> str | None:
     """The tenant of ``presented``; compares against every key so timing tells nothing."""
     found = None
     for key, tenant in keys.items():
@@ -29,18 +40,22 @@ def tenant_for_key(keys: dict[str, str], presented: str) -> str | None:
     return found
 
 
-async def caller_tenant(
+def is_open(settings: Settings) -> bool:
+    return not settings.api.keys and not settings.api.admin_keys
+
+
+async def caller(
     request: Request,
     state: Annotated[ApiState, Depends(api_state)],
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     api_key: Annotated[str | None, Depends(_api_key)],
-) -> str:
-    """Every task read and write is scoped to this tenant."""
-    keys = state.settings.api.keys
-    if not keys:
-        return OPEN_TENANT
+) -> Caller:
+    settings = state.settings
+    if is_open(settings):  # bound to loopback: whoever reaches it runs this host
+        return Caller(OPEN_TENANT, operator=True)
     presented = bearer.credentials if bearer is not None else api_key
-    tenant = tenant_for_key(keys, presented) if presented else None
+    operator = tenant_for_key(settings.api.admin_keys, presented) if presented else None
+    tenant = operator or (tenant_for_key(settings.api.keys, presented) if presented else None)
     if tenant is None:
         raise ApiProblem(
             401,
@@ -49,10 +64,25 @@ async def caller_tenant(
             headers={"WWW-Authenticate": "Bearer"},
         )
     request.state.tenant = tenant
-    return tenant
+    return Caller(tenant, operator=operator is not None)
+
+
+async def caller_tenant(who: Annotated[Caller, Depends(caller)]) -> str:
+    """Every task read and write is scoped to this tenant."""
+    return who.tenant
+
+
+async def operator(who: Annotated[Caller, Depends(caller)]) -> Caller:
+    if not who.operator:
+        raise ApiProblem(
+            403, "forbidden", "this needs an operator key ([api] admin_keys in the configuration)"
+        )
+    return who
 
 
 Tenant = Annotated[str, Depends(caller_tenant)]
+Who = Annotated[Caller, Depends(caller)]
+Operator = Annotated[Caller, Depends(operator)]
 
 
 def is_loopback(host: str) -> bool:
@@ -66,7 +96,7 @@ def is_loopback(host: str) -> bool:
 
 def check_bind(host: str, settings: Settings) -> None:
     """Refuse to serve an open API (no keys) on anything but loopback."""
-    if settings.api.keys or is_loopback(host):
+    if not is_open(settings) or is_loopback(host):
         return
     raise ConfigError(
         f"refusing to bind {host} with no API keys configured: anyone who can reach it could "

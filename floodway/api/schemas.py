@@ -15,10 +15,21 @@ from floodway.wire import TaskOut, valid_unicode
 MAX_DEADLINE_S = 366 * 86400.0
 MAX_ATTEMPTS = 1000
 MAX_BATCH = 1000
-#: absolute http(s) URL: a host name or IPv4 (or a bracketed IPv6), an optional port and path
+_HEX = "[0-9A-Fa-f]{1,4}"
+#: an IPv6 address in its written forms (no zone, no embedded IPv4)
+_IPV6 = (
+    rf"(?:(?:{_HEX}:){{7}}{_HEX}|(?:{_HEX}:){{1,7}}:|(?:{_HEX}:){{1,6}}:{_HEX}"
+    rf"|(?:{_HEX}:){{1,5}}(?::{_HEX}){{1,2}}|(?:{_HEX}:){{1,4}}(?::{_HEX}){{1,3}}"
+    rf"|(?:{_HEX}:){{1,3}}(?::{_HEX}){{1,4}}|(?:{_HEX}:){{1,2}}(?::{_HEX}){{1,5}}"
+    rf"|{_HEX}:(?::{_HEX}){{1,6}}|:(?:(?::{_HEX}){{1,7}}|:))"
+)
+_PORT = "(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+#: an absolute http(s) URL the outbox can deliver to: a host name or IPv4, or a bracketed IPv6
+#: address, an optional port (1-65535) and path. Exact, so that what the schema admits is
+#: what the API accepts.
 CALLBACK_URL_PATTERN = (
     r"^https?://([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*"
-    r"|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?([/?#][\x21-\x7e]*)?$"
+    rf"|\[{_IPV6}\])(:{_PORT})?([/?#][\x21-\x7e]*)?$"
 )
 
 
@@ -97,7 +108,9 @@ class TimingOut(BaseModel):
 
 
 class StatsOut(BaseModel):
-    tasks: dict[str, int] = Field(description="tasks per status, all tenants")
+    tasks: dict[str, int] = Field(
+        description="tasks per status: the caller's tenant's (every tenant's for an operator)"
+    )
     by_kind: dict[str, dict[str, int]]
     window: int = Field(description="how many of the newest tasks the timings cover")
     queue_wait: TimingOut
@@ -105,11 +118,13 @@ class StatsOut(BaseModel):
     retries: int = Field(description="attempts beyond the first, over the window")
     retrying: int
     dead_letters: int
-    resources: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    resources: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="the limiter's state per resource (operators only)"
+    )
     upstream: dict[str, float] = Field(
         default_factory=dict,
-        description="this process's provider calls: calls, throttled (429), server_errors "
-        "(5xx), their rates, polls and poll_idle_ratio",
+        description="this process's provider calls (operators only): calls, throttled (429), "
+        "server_errors (5xx), their rates, polls and poll_idle_ratio",
     )
 
 

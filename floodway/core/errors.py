@@ -134,15 +134,18 @@ class RetryableError(HandlerError):
         *,
         retry_after: float | None = None,
         throttled: bool = False,
+        in_progress: bool = False,
         type: str | None = None,
         status: int | None = None,
     ) -> None:
-        super().__init__(
-            message, type=type or ("rate_limited" if throttled else None), status=status
-        )
+        default = "rate_limited" if throttled else "in_progress" if in_progress else None
+        super().__init__(message, type=type or default, status=status)
         self.retry_after = retry_after
         # A throttle (429) is the resource's problem, not the task's: it does not use an attempt.
         self.throttled = throttled
+        # "The same work (key) is in progress" (a 409 from a provider that honours
+        # Idempotency-Key): asking again later replays it; not the task's failure either.
+        self.in_progress = in_progress
 
 
 class FatalError(HandlerError):

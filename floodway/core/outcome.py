@@ -23,6 +23,7 @@ class Failed:
     error: ErrorInfo
     retry_after: float | None = None
     throttled: bool = False
+    in_progress: bool = False  # the provider works on the same key already
     usage: float | None = None
     upstream_status: int | None = None  # the provider's HTTP status, if it answered one
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -199,6 +200,14 @@ def fingerprint(kind: str, version: str, value: JSON, scope: str) -> str:
     digest = hashlib.sha256()
     digest.update(f"{kind}\x00{version}\x00{scope}\x00".encode())
     digest.update(canonical_json(value).encode())
+    return digest.hexdigest()
+
+
+def batch_hash(requests: Sequence[SubmitRequest]) -> str:
+    """What a batch's request key promises to mean: the same list of the same requests."""
+    digest = hashlib.sha256()
+    for request in requests:
+        digest.update(request_hash(request).encode())
     return digest.hexdigest()
 
 

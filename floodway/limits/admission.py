@@ -55,6 +55,12 @@ GRANTED_AT = "granted_at"  # backend time of the grant: one AIMD decrease per ro
 EPOCH = "epoch"  # the backend state's generation at the grant: lost slots are taken again
 
 
+def orphan_slot(task_id: str) -> str:
+    """The slot id of a task's call that may still run at the provider though its worker
+    died: held apart from the task's own slot until the call could have ended."""
+    return f"~{task_id}"
+
+
 @dataclass(frozen=True)
 class AdmissionTuning:
     """The knobs of the algorithms (the limits themselves come from the configuration)."""
@@ -299,9 +305,13 @@ class LimitsAdmission:
 
     async def release_slots(self, permit: Permit) -> None:
         """Free a permit's slots and nothing else: for the sweeper, when a dead worker's task
-        is reconciled (its tokens may well have been spent upstream)."""
-        for key in self._slot_keys(permit, self._plan(permit.resource)):
+        is reconciled (its tokens may well have been spent upstream) or its orphaned call has
+        surely ended."""
+        plan = self._plan(permit.resource)
+        for key in self._slot_keys(permit, plan):
             await self._backend.release_slot(key, permit.task_id)
+        if plan is not None and permit.holds.get(SLOT):
+            await self._backend.release_slot(plan.slot_key, orphan_slot(permit.task_id))
 
     async def hold(self, permit: Permit, until: float) -> None:
         """Keep the permit's provider slot until ``until`` (taken again, over the limit if need
@@ -311,9 +321,11 @@ class LimitsAdmission:
         plan = self._plan(permit.resource)
         ttl = until - self._clock.now()
         try:
-            if plan is not None and permit.holds.get(SLOT) and ttl > 0:
-                await self._backend.hold_slot(plan.slot_key, permit.task_id, ttl)
-            elif plan is not None and permit.holds.get(SLOT):
+            if plan is not None and permit.holds.get(SLOT):
+                # Held under the call's own id, apart from the task's: the task may run again
+                # (its resubmission takes this slot over) while the call is still counted.
+                if ttl > 0:
+                    await self._backend.hold_slot(plan.slot_key, orphan_slot(permit.task_id), ttl)
                 await self._backend.release_slot(plan.slot_key, permit.task_id)
             if permit.holds.get(TENANT_SLOT):
                 await self._backend.release_slot(tenant_slot_key(permit.tenant), permit.task_id)
@@ -381,6 +393,8 @@ class LimitsAdmission:
                 await self._resync(plan, permit, settlement.headers, now)
         if settlement.keep_slot:
             await self.renew([permit], self._tuning.upstream_slot_ttl_s)
+        elif settlement.still_running_s is not None:
+            await self.hold(permit, self._clock.now() + settlement.still_running_s)
         else:
             await self.release_slots(permit)
 
@@ -411,7 +425,9 @@ class LimitsAdmission:
             factor = self._factor(plan)
             gates = (plan.gate_key,)
             if plan.concurrency:
-                slots.append(SlotClaim(plan.slot_key, plan.concurrency_at(factor), c.task_id, ttl))
+                cap = plan.concurrency_at(factor)
+                # A resubmission inherits the slot its own orphaned call still holds.
+                slots.append(SlotClaim(plan.slot_key, cap, c.task_id, ttl, orphan_slot(c.task_id)))
                 holds[SLOT] = 1.0
             if plan.requests is not None:
                 debits.append(Debit(plan.requests.at(factor), 1.0))

@@ -54,12 +54,18 @@ class SlotClaim:
     """Take one of ``limit`` slots under ``key`` for ``slot_id`` until ``ttl_s`` from now.
 
     A slot id already holding a slot is refused (reported in :attr:`AcquireResult.held`): two
-    processes admitting the same task must not both believe they own its one slot."""
+    processes admitting the same task must not both believe they own its one slot.
+
+    ``replaces``: the slot id of an earlier holding of the same work (a call its dead worker
+    left running at the provider, held until it could have ended). The claim takes that slot
+    over instead of a free one: a resubmission the provider joins to the same job adds nothing
+    at the provider, so it needs no room of its own."""
 
     key: str
     limit: int
     slot_id: str
     ttl_s: float
+    replaces: str = ""
 
 
 @dataclass(frozen=True)

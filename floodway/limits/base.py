@@ -35,6 +35,10 @@ class Settlement:
     retry_after: float | None = None
     headers: Mapping[str, str] = field(default_factory=dict)  # x-ratelimit-* and friends
     keep_slot: bool = False  # an upstream job still runs: keep the concurrency slot
+    #: the provider answered that the same work is in progress (a call a dead worker left
+    #: running): its slot stays taken this long at most, for the task's next attempt to take
+    #: over
+    still_running_s: float | None = None
 
 
 @dataclass(frozen=True)

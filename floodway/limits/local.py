@@ -67,7 +67,8 @@ class LocalLimiterBackend:
             slots = self._live_slots(claim.key, now)
             if claim.slot_id in slots:
                 held.append(claim.key)
-            if claim.slot_id in slots or len(slots) >= claim.limit:
+            inherits = bool(claim.replaces) and claim.replaces in slots
+            if claim.slot_id in slots or (len(slots) >= claim.limit and not inherits):
                 refused.append(claim.key)
                 wait = None
 
@@ -83,7 +84,9 @@ class LocalLimiterBackend:
             return AcquireResult(False, now, tuple(refused), tuple(held), wait, EPOCH)
 
         for claim in request.slots:
-            self._slots.setdefault(claim.key, {})[claim.slot_id] = now + claim.ttl_s
+            slots = self._slots.setdefault(claim.key, {})
+            slots.pop(claim.replaces, None)
+            slots[claim.slot_id] = now + claim.ttl_s
         for debit, level in zip(request.debits, levels, strict=True):
             self._store(debit.bucket, level - debit.cost, now)
         return AcquireResult(True, now, epoch=EPOCH)

@@ -118,7 +118,7 @@ class RedisLimiterBackend:
             len(request.debits),
         ]
         for s in request.slots:
-            args += [s.limit, s.slot_id, s.ttl_s * 1000]
+            args += [s.limit, s.slot_id, s.ttl_s * 1000, s.replaces]
         for d in request.debits:
             args += [d.bucket.capacity, d.bucket.refill_per_s, d.cost]
         keys = [self.key(n) for n in (EPOCH, *names)]

@@ -70,7 +70,9 @@ end
 
 # KEYS: epoch, then gates.. (the recovery gate first), slot sets.., buckets..
 # ARGV: known epoch (0 = none), recovery_ms, n_gates, n_slots, n_buckets, then
-#       (limit, slot_id, ttl_ms) per slot, then (capacity, refill_per_s, cost) per bucket.
+#       (limit, slot_id, ttl_ms, replaced slot_id or '') per slot, then (capacity,
+#       refill_per_s, cost) per bucket. A claim that replaces a live slot takes it over: it
+#       does not count against the limit.
 # Returns {granted, now_ms, wait_ms ('-1' = only a release helps / never), epoch, n_refused,
 #          refused key indexes (1-based, the epoch not counted).., held key indexes..}
 ACQUIRE = (
@@ -96,16 +98,17 @@ end
 local claims = {}
 for j = 1, ns do
   local i = ng + j
-  local limit, id, ttl = tonumber(ARGV[a]), ARGV[a + 1], tonumber(ARGV[a + 2])
-  a = a + 3
+  local limit, id, ttl, prev = tonumber(ARGV[a]), ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3]
+  a = a + 4
   redis.call('ZREMRANGEBYSCORE', K[i], '-inf', now)
   local mine = redis.call('ZSCORE', K[i], id)
   if mine then held[#held + 1] = i end
-  if mine or redis.call('ZCARD', K[i]) >= limit then
+  local inherits = prev ~= '' and redis.call('ZSCORE', K[i], prev)
+  if mine or (not inherits and redis.call('ZCARD', K[i]) >= limit) then
     refused[#refused + 1] = i
     wait = -1
   end
-  claims[j] = {K[i], id, ttl}
+  claims[j] = {K[i], id, ttl, inherits and prev or ''}
 end
 
 local debits = {}
@@ -134,6 +137,7 @@ if #refused > 0 then
 end
 
 for _, c in ipairs(claims) do
+  if c[4] ~= '' then redis.call('ZREM', c[1], c[4]) end
   redis.call('ZADD', c[1], fmt(now + c[3]), c[2])
   if redis.call('PTTL', c[1]) < c[3] then redis.call('PEXPIRE', c[1], math.ceil(c[3])) end
 end

@@ -27,13 +27,13 @@ from datetime import UTC, datetime
 
 import httpx
 
-import floodway
 from floodway.core.backoff import Backoff
 from floodway.core.owners import owner_name
 from floodway.core.task import Task
 from floodway.maintenance.leader import lead
 from floodway.runtime import Runtime
 from floodway.signing import signed_headers
+from floodway.version import __version__
 from floodway.wire import task_json
 
 log = logging.getLogger("floodway.webhooks")
@@ -158,7 +158,7 @@ class Outbox:
         secret = signing_secret(self.runtime.settings.api.keys, task.tenant)
         headers = {
             "content-type": "application/json",
-            "user-agent": f"floodway/{floodway.__version__}",
+            "user-agent": f"floodway/{__version__}",
             **signed_headers(secret, msg_id, int(now), body),
         }
         url = task.callback_url or ""

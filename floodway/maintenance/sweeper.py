@@ -91,8 +91,10 @@ class Sweeper:
         (applied,) = await runtime.store.complete([item], runtime.clock.now())
         if not applied.applied:
             return
-        if item.orphan_until is not None:  # the call may go on: its slot is still taken
-            await runtime.admission.hold(self._permit(task), item.orphan_until)
+        if self._may_still_run(task, item):
+            # The call may go on at the provider: its slot stays taken until it could have
+            # ended (a resubmission of the same work takes it over).
+            await runtime.admission.hold(self._permit(task), bound)
         else:  # the dead worker's provider slot is free now (its tokens stay spent)
             await runtime.admission.release_slots(self._permit(task))
         if item.to is Status.FAILED:
@@ -133,6 +135,12 @@ class Sweeper:
             return runtime.policy.decide(task, retry, now)
         interrupted = ErrorInfo(ErrorClass.INTERRUPTED, "worker_lost", message)
         return from_running(task, Status.FAILED, error=interrupted, orphan_until=max(bound, now))
+
+    @staticmethod
+    def _may_still_run(task: Task, item: Completion) -> bool:
+        """Whether the dead worker's call may still be running at the provider: not when a
+        look-up found it done, nor when it only polled a known upstream job."""
+        return item.to is not Status.SUCCEEDED and task.upstream_ref is None
 
     # -- calls nobody could see end -------------------------------------------------------------
     async def _close_orphans(self) -> int:

@@ -4,9 +4,10 @@
   retry budget is not spent), ``Retry-After`` honoured as seconds or an HTTP date, and
   ``retry-after-ms`` preferred when present. A 429 that says the account is out of quota or
   billing (``insufficient_quota``...) is :class:`FatalError`: waiting will not fix it.
-- 408, 409, 425 and 5xx -> retryable. 409 is retryable because providers that honour
-  ``Idempotency-Key`` answer it while the same key is still being worked on: asking again later
-  replays the finished work.
+- 408, 425 and 5xx -> retryable. 409 -> retryable without spending an attempt
+  (``in_progress``): providers that honour ``Idempotency-Key`` answer it while the same key is
+  still being worked on (a call whose worker died, say), and asking again later replays the
+  finished work.
 - any other 4xx -> fatal, with the provider's own message and error type/code.
 - timeouts and connection failures -> retryable.
 """
@@ -37,7 +38,7 @@ FATAL_THROTTLE_TYPES = frozenset(
         "account_deactivated",
     }
 )
-RETRYABLE_STATUSES = frozenset({408, 409, 425})
+RETRYABLE_STATUSES = frozenset({408, 425})
 _KEPT_HEADERS = ("retry-after", "retry-after-ms")
 _MESSAGE_CHARS = 500
 
@@ -107,6 +108,10 @@ def error_for(response: httpx.Response, now: float, what: str) -> HandlerError:
             return FatalError(text, type=kind, status=status)
         return RetryableError(
             text, retry_after=wait, throttled=True, type=kind or "rate_limited", status=status
+        )
+    if status == 409:
+        return RetryableError(
+            text, retry_after=wait, in_progress=True, type=kind or "in_progress", status=status
         )
     if status in RETRYABLE_STATUSES or status >= 500:
         return RetryableError(text, retry_after=wait, type=kind or f"http_{status}", status=status)

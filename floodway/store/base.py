@@ -55,7 +55,11 @@ class TaskQuery:
     kind: str | None = None
     lane: Lane | None = None
     batch_id: str | None = None
-    after_seq: int | None = None  # keyset pagination
+    #: keyset pagination: oldest first after ``after_seq``, or newest first before
+    #: ``before_seq`` (None: from the newest)
+    after_seq: int | None = None
+    newest_first: bool = False
+    before_seq: int | None = None
     limit: int = 100
 
 

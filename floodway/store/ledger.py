@@ -118,7 +118,8 @@ class Ledger(ABC):
         return task_from_row(row)
 
     async def list_tasks(self, query: TaskQuery) -> list[Task]:
-        return await self._tasks("list_tasks", **list_params(query))
+        name = "list_tasks_newest" if query.newest_first else "list_tasks"
+        return await self._tasks(name, **list_params(query))
 
     async def events(self, task_id: str, after_seq: int = 0) -> list[TaskEvent]:
         rows = await self._all("list_events", task_id=task_id, after_seq=after_seq)

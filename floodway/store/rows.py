@@ -145,7 +145,8 @@ def park_params(
 
 
 def list_params(query: TaskQuery) -> dict[str, Any]:
-    """Parameters of ``list_tasks``: every filter is optional (NULL matches all)."""
+    """Parameters of ``list_tasks`` and ``list_tasks_newest``: every filter is optional (NULL
+    matches all)."""
     return {
         "tenant": query.tenant,
         "status": query.status.value if query.status else None,
@@ -153,5 +154,6 @@ def list_params(query: TaskQuery) -> dict[str, Any]:
         "lane": query.lane.value if query.lane else None,
         "batch_id": query.batch_id,
         "after_seq": query.after_seq or 0,
+        "before_seq": query.before_seq if query.before_seq is not None else 2**62,
         "limit": query.limit,
     }

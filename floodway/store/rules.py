@@ -522,8 +522,13 @@ def manual_retry(
     if tenant is not None and task.tenant != tenant:
         raise TaskNotFound(task_id)
     check_transition(task.status, Status.QUEUED)
-    if task.lease_token is not None and task.lease_expires_at is not None:
-        raise AttemptStillOpen(task_id, task.status.value, task.lease_expires_at, now)
+    if task.lease_token is not None:
+        # Its last call goes on (under a live worker), or may (its worker died): until it has
+        # surely ended, starting the work again could pay for it twice.
+        until = task.lease_expires_at or now
+        if task.lease_owner is not None or until > now:
+            raise AttemptStillOpen(task_id, task.status.value, until, now)
+        yield from _close(task_id, task.lease_token, None, now, changes)
     written = yield from one("manual_retry", id=task_id, expected=task.status.value, now=now)
     if written is None:
         raise IllegalTransition(task.status, Status.QUEUED, "the task changed meanwhile")

@@ -24,6 +24,7 @@ from floodway.core.outcome import Completion, Failed, Parked
 from floodway.core.owners import owner_name
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task, new_token
+from floodway.kinds import UNBOUNDED_CALL_S
 from floodway.limits.base import Permit, Settlement
 from floodway.runtime import Runtime
 from floodway.store.base import ClaimParams, ReadyQuery
@@ -87,8 +88,9 @@ class Worker:
         self._slot_freed = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._confirming: set[asyncio.Task[None]] = set()
-        #: the last pass admitted nothing: look at the slot counts before listing again
-        self._blocked = False
+        #: the last pass admitted nothing: until then, look at the slot counts before listing
+        #: again (None: not blocked)
+        self._blocked_until: float | None = None
         self.claimed = 0
         self.completed = 0
         self.completer = Completer(runtime.store, runtime.clock)
@@ -225,18 +227,22 @@ class Worker:
         if runtime.admission.limited:
             # Every completion and submit in any process wakes every dispatcher; while the
             # resources are full, one slot count per resource answers such a wake-up, not a
-            # listing and an admission pass. A slot freed anywhere shows there.
-            if self._blocked and await runtime.admission.saturated(kinds):
+            # listing and an admission pass. A slot freed anywhere shows there. Once per idle
+            # period the queue is looked at anyway: a task that became due may take over a
+            # slot its own orphaned call holds, which the counts show as taken.
+            blocked = self._blocked_until is not None and now < self._blocked_until
+            if blocked and await runtime.admission.saturated(kinds):
                 return 0
             ready = await runtime.store.ready(ReadyQuery(kinds, now, max(limit, 16)))
             if not ready:
-                self._blocked = False
+                self._blocked_until = None
                 return 0
             admitted = await runtime.admission.admit(ready, now, limit=limit)
             permits = {p.task_id: p for p in admitted}
-            self._blocked = not permits
             if not permits:
+                self._blocked_until = now + self.options.idle_poll_s
                 return 0
+            self._blocked_until = None
             params = ClaimParams(
                 self.owner,
                 params.token,
@@ -314,11 +320,13 @@ class Worker:
         runtime.upstream.record(outcome)
         item = runtime.policy.decide(run.task, outcome, runtime.clock.now())
         failed = outcome if isinstance(outcome, Failed) else None
+        in_progress = failed is not None and failed.in_progress
         settlement = Settlement(
             actual_cost=run.ctx.usage,
             throttled=failed is not None and failed.throttled,
             retry_after=None if failed is None else failed.retry_after,
             headers=run.ctx.response_headers,
+            still_running_s=(spec.timeout_s or UNBOUNDED_CALL_S) if in_progress else None,
         )
         await asyncio.shield(self._finish(run, item, settlement))
 
@@ -329,7 +337,7 @@ class Worker:
             # The provider slot is free now: let the dispatcher admit the next task while the
             # outcome is still being written, rather than after (and without first counting
             # slots: this one was just given back).
-            self._blocked = False
+            self._blocked_until = None
             runtime.hub.work_available.set()
             if run.fenced:
                 log.warning("task %s: lease lost, result dropped", run.task.id)

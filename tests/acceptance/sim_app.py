@@ -29,7 +29,11 @@ def build(database: str | None = None, sim_url: str | None = None) -> Floodway:
     async def generate(ctx: Context, value: dict[str, Any]) -> Any:
         r = await http().post("/generate", json=value, headers={"Idempotency-Key": ctx.work_key})
         if r.status_code == 429 or r.status_code >= 500 or r.status_code == 409:
-            raise RetryableError(f"HTTP {r.status_code}", throttled=r.status_code == 429)
+            raise RetryableError(
+                f"HTTP {r.status_code}",
+                throttled=r.status_code == 429,
+                in_progress=r.status_code == 409,
+            )
         if r.status_code >= 400:
             raise FatalError(r.text)
         return r.json()["result"]

@@ -29,7 +29,7 @@ from floodway.core.states import TERMINAL
 from floodway.limits.admission import AdmissionTuning, LimitsAdmission
 from floodway.providers.sim import RunningSimulator, SimulatorConfig, running_simulator
 from floodway.store.base import ReadyQuery, TaskQuery
-from tests.acceptance.fleet_app import (
+from harness.fleet import (
     KIND,
     PG_URL,
     RESOURCE,
@@ -42,7 +42,7 @@ from tests.acceptance.fleet_app import (
     spawn_api,
     spawn_worker,
 )
-from tests.support import until
+from harness.processes import until
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ from floodway.core.errors import StoreError
 from floodway.core.states import TERMINAL
 from floodway.providers.sim import SimulatorConfig, running_simulator
 from floodway.store.base import ClaimParams, Store
-from tests.acceptance.fleet_app import (
+from harness.fleet import (
     KIND,
     PostgresCluster,
     build,
@@ -29,7 +29,7 @@ from tests.acceptance.fleet_app import (
     private_redis,
     spawn_worker,
 )
-from tests.support import until
+from harness.processes import until
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ import pytest
 from floodway import Floodway
 from floodway.maintenance.limits_watch import LocalLimitsWatch
 from floodway.store.base import ClaimParams
-from tests.acceptance.fleet_app import KIND, PG_URL, build, fresh_database
-from tests.support import until
+from harness.fleet import KIND, PG_URL, build, fresh_database
+from harness.processes import until
 
 WARNING = "limits are per process"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from floodway import Status
 from floodway.providers.sim import SimulatorConfig, running_simulator
+from harness.processes import start_worker, until
 from tests.acceptance.sim_app import build
-from tests.support import start_worker, until
 
 APP = "tests.acceptance.sim_app:fw"
 

@@ -408,3 +408,35 @@ async def test_two_processes_sharing_a_backend_share_its_limits(harness: Harness
     for p in first:
         await workers[0].settle(p, Settlement(), clock.now())
     assert len(await workers[1].admit(ready, clock.now())) == len(first)
+
+
+# -- calls a dead worker left running --------------------------------------------------------
+async def test_a_held_slot_counts_until_it_expires_even_over_the_limit(harness: Harness) -> None:
+    """A call whose worker died still runs at the provider: its slot counts, taken again over
+    the limit if need be, until the call could have ended."""
+    backend = harness.backend
+    assert (await backend.acquire(AcquireRequest(slots=(slot("s", "a", limit=1),)))).granted
+    await backend.hold_slot("s", "~orphan", 1.0)  # over the limit of 1: it must count
+    assert await backend.slots_in_use("s") == 2
+    await backend.release_slot("s", "a")
+    refused = await backend.acquire(AcquireRequest(slots=(slot("s", "b", limit=1),)))
+    assert not refused.granted and refused.refused == ("s",)
+    await backend.hold_slot("s", "~orphan", 0.2)  # a hold never shortens a longer one
+    await harness.advance(0.5)
+    assert await backend.slots_in_use("s") == 1
+    await harness.advance(0.7)
+    assert await backend.slots_in_use("s") == 0
+
+
+async def test_a_resubmission_takes_over_its_own_orphaned_slot(harness: Harness) -> None:
+    """The provider joins a resubmission with the same key to the running job: it adds
+    nothing there, so it takes the orphan's slot over instead of waiting for a free one."""
+    backend = harness.backend
+    await backend.hold_slot("s", "~t1", 30.0)
+    full = AcquireRequest(slots=(slot("s", "other", limit=1),))
+    assert not (await backend.acquire(full)).granted  # nobody else gets the orphan's room
+    again = AcquireRequest(slots=(SlotClaim("s", 1, "t1", 30.0, replaces="~t1"),))
+    assert (await backend.acquire(again)).granted
+    assert await backend.slots_in_use("s") == 1  # one call for one job, still
+    await backend.release_slot("s", "t1")
+    assert await backend.slots_in_use("s") == 0

@@ -61,9 +61,10 @@ async def test_missing_or_wrong_key_is_401_and_both_headers_work(start_api: Star
         assert (await anon.get("/v1/stats", headers={"X-API-Key": "key-a"})).status_code == 200
         submit = await anon.post("/v1/tasks", json={"kind": "sim", "input": {}})
         assert submit.status_code == 401
-        # Health and metrics stay open for probes and scrapers.
+        # Health stays open for probes; metrics tell about every tenant: operators only
+        # (or a private listener, [api] metrics_port).
         assert (await anon.get("/healthz")).status_code == 200
-        assert (await anon.get("/metrics")).status_code == 200
+        assert (await anon.get("/metrics")).status_code == 401
 
 
 async def test_open_api_is_tenant_default(start_api: StartApi) -> None:

@@ -16,8 +16,8 @@ from floodway import Status
 from floodway.providers.registry import aclose_kinds
 from floodway.providers.sim import SimulatorConfig, running_simulator
 from floodway.store.base import ClaimParams
+from harness.processes import start_worker, until
 from tests.integration.upstream_worker import build
-from tests.support import start_worker, until
 
 APP = "tests.integration.upstream_worker:fw"
 TASKS = 50

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header
@@ -14,9 +15,12 @@ from floodway.api.schemas import BatchIn, BatchOut, BatchStatus
 from floodway.api.state import ApiState, api_state
 from floodway.api.submission import admit_submit, precheck, request_of
 from floodway.core.states import TERMINAL, Status
-from floodway.core.task import new_id
+from floodway.core.task import batch_hash, new_id
+from floodway.store.base import BatchKey
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
+
+BATCH_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 State = Annotated[ApiState, Depends(api_state)]
 
@@ -46,22 +50,22 @@ async def submit_batch(
     ] = None,
 ) -> JSONResponse:
     """All tasks land in one transaction, or none do. One batch is one request for the
-    tenant's submit rate. With an Idempotency-Key, item ``i`` gets the key ``<key>:<i>``."""
+    tenant's submit rate. With an Idempotency-Key the same batch again is the same batch (item
+    ``i`` also gets the key ``<key>:<i>``); another list of tasks with it is a 409."""
     fw = state.fw
     for item in body.tasks:
         precheck(fw, item)
     now = fw.clock.now()
     batch_id = new_id(now, prefix="b")
-    news = [
-        fw.runtime.new_task(
-            request_of(item, None if key is None else f"{key}:{i}"),
-            tenant=tenant,
-            batch_id=batch_id,
-        )
-        for i, item in enumerate(body.tasks)
+    requests = [
+        request_of(item, None if key is None else f"{key}:{i}") for i, item in enumerate(body.tasks)
     ]
+    news = [fw.runtime.new_task(r, tenant=tenant, batch_id=batch_id) for r in requests]
+    batch_key = None
+    if key is not None:
+        batch_key = BatchKey(key, batch_hash(requests), fw.settings.retention.keys)
     await admit_submit(state, tenant)
-    submitted = await fw.store.submit(news, now)
+    submitted = await fw.store.submit(news, now, batch_key=batch_key)
     reused = all(s.reused for s in submitted)
     if reused:
         batch_id = submitted[0].task.batch_id or batch_id
@@ -77,7 +81,7 @@ async def submit_batch(
 )
 async def batch_status(batch_id: str, tenant: Tenant, state: State) -> BatchStatus:
     counts = {s.value: 0 for s in Status}
-    if len(batch_id) <= 64:
+    if BATCH_ID.fullmatch(batch_id):  # an id that cannot exist is simply not found
         counts.update(await state.fw.store.batch_counts(batch_id, tenant))
     total = sum(counts.values())
     if total == 0:

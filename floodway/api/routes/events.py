@@ -56,6 +56,14 @@ async def status_stream(
                 yield format_event(event)
             if batch and batch[-1].status in TERMINAL:
                 return
+            if not batch:
+                # Resumed at (or past) the end: a browser's EventSource reconnects with the
+                # terminal event's id after every stream the server closed.
+                task = await fw.store.get(task_id)
+                if task is None or task.terminal:
+                    for event in await fw.store.events(task_id, after_seq):  # it just ended
+                        yield format_event(event)
+                    return
             try:
                 await asyncio.wait_for(changed.wait(), recheck_s)
             except TimeoutError:

@@ -9,19 +9,19 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import FileResponse, HTMLResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-import floodway
-from floodway.api.auth import Tenant
+from floodway.api.auth import Operator, Who
 from floodway.api.metrics import resource_snapshot
 from floodway.api.openapi import problems
 from floodway.api.problems import ApiProblem
 from floodway.api.schemas import HealthOut, StatsOut, TimingOut
 from floodway.api.state import ApiState, api_state
 from floodway.api.stats import Timing
+from floodway.version import __version__
 
 router = APIRouter(tags=["operations"])
 State = Annotated[ApiState, Depends(api_state)]
 
-DASHBOARD = Path(floodway.__file__).parent / "dashboard" / "static" / "index.html"
+DASHBOARD = Path(__file__).resolve().parents[2] / "dashboard" / "static" / "index.html"
 
 _FALLBACK_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>floodway</title></head>
@@ -39,12 +39,14 @@ def _timing(t: Timing) -> TimingOut:
 @router.get(
     "/v1/stats", response_model=StatsOut, summary="Ledger statistics", responses=problems(401)
 )
-async def stats(tenant: Tenant, state: State) -> StatsOut:
-    """Counts per status (all tenants: this is the operator's view and carries no task data),
-    and timings over the newest tasks."""
+async def stats(who: Who, state: State) -> StatsOut:
+    """Counts per status and timings over the newest tasks: the caller's tenant's, or, for an
+    operator key (or an open API), every tenant's with the limiter's and the providers' state
+    (which says how busy everyone is)."""
     fw = state.fw
-    counts = await fw.store.stats()
-    window = await state.recent.window(fw.store)
+    tenant = None if who.operator else who.tenant
+    counts = await fw.store.stats(tenant)
+    window = await state.recent.window(fw.store, tenant)
     return StatsOut(
         tasks=dict(counts.by_status),
         by_kind={k: dict(v) for k, v in counts.by_kind_status.items()},
@@ -54,18 +56,26 @@ async def stats(tenant: Tenant, state: State) -> StatsOut:
         retries=window.retries(),
         retrying=counts.by_status.get("retrying", 0),
         dead_letters=counts.by_status.get("dead", 0),
-        resources=await resource_snapshot(fw.runtime),
-        upstream=fw.runtime.upstream.as_dict(),
+        resources=await resource_snapshot(fw.runtime) if who.operator else {},
+        upstream=fw.runtime.upstream.as_dict() if who.operator else {},
     )
 
 
 @router.get(
     "/metrics",
-    summary="Prometheus metrics",
+    summary="Prometheus metrics (an operator key when keys are configured)",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **problems()},
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+        **problems(401, 403),
+    },
 )
-async def metrics(state: State) -> Response:
+async def metrics(_: Operator, state: State) -> Response:
+    return await render_metrics(state)
+
+
+async def render_metrics(state: ApiState) -> Response:
+    """Every tenant's counts, the limiter's and the providers' state: the operator's view."""
     fw = state.fw
     body = state.metrics.render(
         await fw.store.stats(),
@@ -83,7 +93,7 @@ async def healthz(state: State) -> HealthOut:
         state.fw.runtime  # noqa: B018 - raises while the ledger is not open
     except RuntimeError:
         raise ApiProblem(503, "unavailable", "the ledger is not open") from None
-    return HealthOut(status="ok", version=floodway.__version__)
+    return HealthOut(status="ok", version=__version__)
 
 
 @router.get(

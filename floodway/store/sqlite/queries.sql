@@ -362,8 +362,15 @@ GROUP BY kind, status;
 SELECT * FROM tasks
 WHERE (:tenant IS NULL OR tenant = :tenant) AND (:status IS NULL OR status = :status)
   AND (:kind IS NULL OR kind = :kind) AND (:lane IS NULL OR lane = :lane)
-  AND (:batch_id IS NULL OR batch_id = :batch_id) AND seq > :after_seq
+  AND (:batch_id IS NULL OR batch_id = :batch_id) AND seq > :after_seq AND seq < :before_seq
 ORDER BY seq LIMIT :limit;
+
+-- name: list_tasks_newest
+SELECT * FROM tasks
+WHERE (:tenant IS NULL OR tenant = :tenant) AND (:status IS NULL OR status = :status)
+  AND (:kind IS NULL OR kind = :kind) AND (:lane IS NULL OR lane = :lane)
+  AND (:batch_id IS NULL OR batch_id = :batch_id) AND seq > :after_seq AND seq < :before_seq
+ORDER BY seq DESC LIMIT :limit;
 
 -- name: batch_counts
 SELECT status, count(*) AS count FROM tasks

@@ -1,8 +1,10 @@
 """A floodway app for fleet runs: one kind, ``img``, that calls the simulated provider over HTTP
-and consumes the resource ``sim`` (in-flight cap ``FLEET_CAP``, default 10).
+and consumes the resource ``sim`` (in-flight cap ``FLEET_CAP``, default 10). The kind trusts
+the provider to honour Idempotency-Key and looks work up after a crash, unless
+``FLEET_IDEMPOTENT=0`` / ``FLEET_LOOKUP=0``; ``FLEET_TIMEOUT`` is its call timeout (seconds).
 
     FLOODWAY_DATABASE=postgresql://... FLOODWAY_REDIS=redis://... SIM_URL=http://... \\
-        floodway worker --app tests.acceptance.fleet_app:fw --concurrency 10
+        floodway worker --app harness.fleet:fw --concurrency 10
 
 Every worker process builds the same app, so each one enforces the same resource; with
 ``redis`` set the cap holds for the sum over the processes.
@@ -34,7 +36,7 @@ from floodway.clock import SystemClock
 from floodway.config import ResourceConfig, load_settings
 from floodway.limits.admission import AdmissionTuning, LimitsAdmission
 from floodway.limits.factory import build_backend
-from tests.support import spawn_floodway, until
+from harness.processes import spawn_floodway, until
 
 RESOURCE = "sim"
 KIND = "img"
@@ -47,8 +49,15 @@ def build(
     redis: str | None = None,
     cap: int | None = None,
     tuning: AdmissionTuning | None = None,
+    idempotent: bool | None = None,
+    lookup: bool | None = None,
+    timeout_s: float | None = None,
 ) -> Floodway:
     """``tuning`` replaces floodway's admission knobs (e.g. a short ``claim_ttl_s``)."""
+    env = os.environ.get
+    idempotent = env("FLEET_IDEMPOTENT", "1") == "1" if idempotent is None else idempotent
+    lookup = env("FLEET_LOOKUP", "1") == "1" if lookup is None else lookup
+    timeout_s = float(env("FLEET_TIMEOUT", "60")) if timeout_s is None else timeout_s
     settings = load_settings(database=database, redis=redis)
     limit = cap if cap is not None else int(os.environ.get("FLEET_CAP", "10"))
     settings = settings.model_copy(
@@ -68,7 +77,7 @@ def build(
     # which would otherwise delay the first call by up to a quarter of a second.
     client = httpx.AsyncClient(base_url=base, timeout=10)
 
-    async def lookup(ctx: Context) -> Any:
+    async def look_up(ctx: Context) -> Any:
         """Recovery: the provider bills per idempotency key; a finished job is taken as is."""
         r = await client.get("/jobs", params={"idempotency_key": ctx.work_key})
         if r.status_code != 200:
@@ -76,12 +85,20 @@ def build(
         body = r.json()
         return body.get("result") if body.get("status") == "succeeded" else None
 
-    @fw.kind(KIND, resource=RESOURCE, idempotent=True, lookup=lookup)
+    @fw.kind(
+        KIND,
+        resource=RESOURCE,
+        idempotent=idempotent,
+        lookup=look_up if lookup else None,
+        timeout_s=timeout_s,
+    )
     async def generate(ctx: Context, value: dict[str, Any]) -> Any:
         r = await client.post("/generate", json=value, headers={"Idempotency-Key": ctx.work_key})
         if r.status_code == 429:
             raise RetryableError("HTTP 429", throttled=True)
-        if r.status_code >= 500 or r.status_code == 409:
+        if r.status_code == 409:  # the same key is in progress: ask again later
+            raise RetryableError("HTTP 409", in_progress=True)
+        if r.status_code >= 500:
             raise RetryableError(f"HTTP {r.status_code}")
         if r.status_code >= 400:
             raise FatalError(r.text)
@@ -96,7 +113,7 @@ fw = build() if os.environ.get("FLOODWAY_DATABASE") else None
 # -- the harness: real worker processes, a private Redis, a fresh PostgreSQL database ---------
 # Shared by tests/acceptance/test_fleet*.py and bench/fleet.py.
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PG_URL = os.environ.get("FLOODWAY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
@@ -202,7 +219,7 @@ async def fresh_database(base_url: str = PG_URL) -> AsyncIterator[str]:
 
 @dataclass
 class WorkerProcess:
-    """One ``floodway worker --app tests.acceptance.fleet_app:fw`` process."""
+    """One ``floodway worker --app harness.fleet:fw`` process."""
 
     proc: subprocess.Popen[bytes]
     log: Path
@@ -212,7 +229,7 @@ class WorkerProcess:
         return self.proc.pid
 
     def owns(self, owner: str | None) -> bool:
-        """Whether a lease owner (``host:pid:token``) is one of this process's workers."""
+        """Whether a lease owner (``host:pid:token:role``) is one of this process's workers."""
         return owner is not None and f":{self.pid}:" in owner
 
     def output(self) -> str:
@@ -249,7 +266,7 @@ def _fleet_env(database: str, redis: str, sim_url: str, cap: int) -> dict[str, s
 
 
 def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return spawn_floodway([*args, "--app", "tests.acceptance.fleet_app:fw"], env, log)
+    return spawn_floodway([*args, "--app", "harness.fleet:fw"], env, log)
 
 
 def spawn_worker(
@@ -261,14 +278,23 @@ def spawn_worker(
     lease: str = "2s",
     concurrency: int = 10,
     cap: int = 10,
+    idempotent: bool = True,
+    lookup: bool = True,
+    timeout_s: float = 60.0,
 ) -> WorkerProcess:
-    env = {**_fleet_env(database, redis, sim_url, cap), "FLOODWAY_WORKER__LEASE": lease}
+    env = {
+        **_fleet_env(database, redis, sim_url, cap),
+        "FLOODWAY_WORKER__LEASE": lease,
+        "FLEET_IDEMPOTENT": "1" if idempotent else "0",
+        "FLEET_LOOKUP": "1" if lookup else "0",
+        "FLEET_TIMEOUT": str(timeout_s),
+    }
     return WorkerProcess(_spawn(["worker", "--concurrency", str(concurrency)], env, log), log)
 
 
 @dataclass
 class ApiProcess(WorkerProcess):
-    """One ``floodway api --app tests.acceptance.fleet_app:fw`` process on a free port."""
+    """One ``floodway api --app harness.fleet:fw`` process on a free port."""
 
     url: str = ""
 
