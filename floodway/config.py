@@ -195,6 +195,9 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
             raise ConfigError(f"{path}: no such config file") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ConfigError(f"{path}: cannot read the config file: {why}") from None
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         settings = Settings(**data)

@@ -58,8 +58,11 @@ class TaskQuery:
     kind: str | None = None
     lane: Lane | None = None
     batch_id: str | None = None
-    after_seq: int | None = None  # keyset pagination
+    #: keyset pagination: the ``seq`` of the previous page's last task (in the listing's order)
+    after_seq: int | None = None
     limit: int = 100
+    #: newest first (``seq`` falling) instead of oldest first
+    descending: bool = False
 
 
 @dataclass(frozen=True)

@@ -148,5 +148,11 @@ def list_params(query: TaskQuery) -> dict[str, Any]:
         "lane": query.lane.value if query.lane else None,
         "batch_id": query.batch_id,
         "after_seq": query.after_seq or 0,
+        "before_seq": query.after_seq or 2**62,  # descending: every seq is below 2**62
         "limit": query.limit,
     }
+
+
+def list_query(query: TaskQuery) -> str:
+    """The name of the listing query for ``query``'s order."""
+    return "list_tasks_desc" if query.descending else "list_tasks"

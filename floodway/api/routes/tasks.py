@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import JSONResponse
@@ -88,15 +88,34 @@ async def list_tasks(
     status: Status | None = None,
     kind: Annotated[str | None, Query(max_length=200)] = None,
     lane: Lane | None = None,
+    batch: Annotated[
+        str | None, Query(max_length=64, description="only the tasks of this batch")
+    ] = None,
+    order: Annotated[
+        Literal["asc", "desc"],
+        Query(description="`asc`: oldest first; `desc`: newest first"),
+    ] = "asc",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: Annotated[
-        str | None, Query(pattern=_CURSOR_PATTERN, description="a page's `next` cursor")
+        str | None,
+        Query(
+            pattern=_CURSOR_PATTERN,
+            description="a page's `next` cursor (pass the same `order` with it)",
+        ),
     ] = None,
 ) -> TaskPage:
-    """The caller's tasks, oldest first, one page at a time (keyset pagination)."""
+    """The caller's tasks, oldest or newest first, one page at a time (keyset pagination:
+    a page never repeats or skips a task that others insert meanwhile)."""
     after_seq = decode_cursor(after) if after else None
     query = TaskQuery(
-        tenant=tenant, status=status, kind=kind, lane=lane, after_seq=after_seq, limit=limit + 1
+        tenant=tenant,
+        status=status,
+        kind=kind,
+        lane=lane,
+        batch_id=batch,
+        after_seq=after_seq,
+        limit=limit + 1,
+        descending=order == "desc",
     )
     found = await state.fw.list(query)
     page = found[:limit]

@@ -408,6 +408,16 @@ WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
   AND seq > %(after_seq)s
 ORDER BY seq LIMIT %(limit)s;
 
+-- name: list_tasks_desc
+SELECT * FROM tasks
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(lane)s::text IS NULL OR lane = %(lane)s::text)
+  AND (%(batch_id)s::text IS NULL OR batch_id = %(batch_id)s::text)
+  AND seq < %(before_seq)s
+ORDER BY seq DESC LIMIT %(limit)s;
+
 -- name: park
 UPDATE tasks SET parked = true, upstream_ref = %(ref)s, next_attempt_at = %(poll_at)s,
     poll_attempts = poll_attempts + %(polled)s::integer, lease_owner = NULL,

@@ -53,6 +53,7 @@ from floodway.store.rows import (
     candidate_from_row,
     claim_args,
     list_params,
+    list_query,
     park_params,
     task_from_row,
 )
@@ -426,7 +427,8 @@ class PostgresStore:
 
     async def list_tasks(self, query: TaskQuery) -> list[Task]:
         params = list_params(query)
-        rows = await self._read(lambda c: many(c, "list_tasks", params))
+        name = list_query(query)
+        rows = await self._read(lambda c: many(c, name, params))
         return [task_from_row(r) for r in rows]
 
     async def events(self, task_id: str, after_seq: int = 0) -> list[TaskEvent]:

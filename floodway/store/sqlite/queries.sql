@@ -221,6 +221,13 @@ WHERE (:tenant IS NULL OR tenant = :tenant) AND (:status IS NULL OR status = :st
   AND (:batch_id IS NULL OR batch_id = :batch_id) AND seq > :after_seq
 ORDER BY seq LIMIT :limit;
 
+-- name: list_tasks_desc
+SELECT * FROM tasks
+WHERE (:tenant IS NULL OR tenant = :tenant) AND (:status IS NULL OR status = :status)
+  AND (:kind IS NULL OR kind = :kind) AND (:lane IS NULL OR lane = :lane)
+  AND (:batch_id IS NULL OR batch_id = :batch_id) AND seq < :before_seq
+ORDER BY seq DESC LIMIT :limit;
+
 -- name: park
 UPDATE tasks SET parked = 1, upstream_ref = :ref, next_attempt_at = :poll_at,
     poll_attempts = poll_attempts + :polled, lease_owner = NULL, lease_token = NULL,

@@ -43,6 +43,7 @@ from floodway.store.rows import (
     dumps,
     insert_params,
     list_params,
+    list_query,
     park_params,
     task_from_row,
 )
@@ -196,7 +197,8 @@ class SqliteStore:
 
     async def list_tasks(self, query: TaskQuery) -> list[Task]:
         params = list_params(query)
-        rows = await self._read(lambda c: c.execute(Q["list_tasks"], params).fetchall())
+        sql = Q[list_query(query)]
+        rows = await self._read(lambda c: c.execute(sql, params).fetchall())
         return [task_from_row(r) for r in rows]
 
     async def events(self, task_id: str, after_seq: int = 0) -> list[TaskEvent]:
