@@ -89,6 +89,9 @@ class ApiConfig(_Strict):
     keys: dict[str, str] = Field(default_factory=dict)
     max_body_bytes: int = Field(1_048_576, gt=0)
     max_json_depth: int = Field(32, gt=0)
+    #: a client that sent its headers has this long to send the whole body (408 after), so
+    #: connections that never send one cannot pile up; 1 MiB at 1 Mbit/s takes about 8 s
+    body_timeout: Duration = Field(10.0, gt=0)
     #: hosts a task's ``callback_url`` may name (``hooks.example.com``, ``*.example.com``);
     #: empty = any. Set it when callers are not trusted: the outbox POSTs from inside your
     #: network, so an open list lets a caller aim it at internal addresses (SSRF).

@@ -1,4 +1,4 @@
-"""The HTTP API's app factory (DESIGN section 2, "HTTP API")."""
+"""The HTTP API's app factory."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 
 import floodway
 from floodway.api.guard import GuardMiddleware
@@ -21,8 +22,10 @@ from floodway.limits.submit_rate import SubmitRateLimiter
 
 DESCRIPTION = """A durable scheduler for calls to rate-limited, billed AI providers.
 
+Send request bodies as JSON, with `Content-Type: application/json` (anything else is a 415).
 Errors are RFC 9457 `application/problem+json`. Authenticate with `Authorization: Bearer <key>`
 or `X-API-Key: <key>` when `[api] keys` is configured; every task is scoped to the key's tenant.
+`/healthz` is a liveness probe, `/readyz` a readiness probe (503 while a dependency is down).
 """
 
 
@@ -50,10 +53,11 @@ def create_app(
         await fw.open()
         try:
             async with AsyncExitStack() as stack:
-                if fw.settings.tenants.submit_rate:
-                    backend = build_backend(fw.settings, fw.clock)
-                    stack.push_async_callback(backend.aclose)
-                    state.submit_rate = SubmitRateLimiter(fw.settings.tenants, backend)
+                if fw.settings.tenants.submit_rate or fw.settings.redis:
+                    state.limiter = build_backend(fw.settings, fw.clock)
+                    stack.push_async_callback(state.limiter.aclose)
+                if fw.settings.tenants.submit_rate and state.limiter is not None:
+                    state.submit_rate = SubmitRateLimiter(fw.settings.tenants, state.limiter)
                 if run_workers:
                     await stack.enter_async_context(fw.worker(concurrency))
                 if deliver:
@@ -65,15 +69,17 @@ def create_app(
                     await stack.enter_async_context(outbox)
                 yield
         finally:
-            state.submit_rate = None
+            state.submit_rate = state.limiter = None
             if opened_here:
                 await fw.close()
 
-    app = FastAPI(
+    # /docs and /redoc from assets shipped in the package, not a CDN: they work air-gapped.
+    app = FastAPIOffline(
         title="floodway",
         version=floodway.__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        favicon_url="/static/favicon.svg",
     )
     app.state.api = state
     install_problem_handlers(app)
@@ -86,6 +92,7 @@ def create_app(
         GuardMiddleware,
         max_body_bytes=limits.max_body_bytes,
         max_json_depth=limits.max_json_depth,
+        body_timeout_s=limits.body_timeout,
         on_response=lambda code: state.metrics.responses.labels(str(code)).inc(),
     )
     install_openapi(app, kinds=fw.kinds.names)

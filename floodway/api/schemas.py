@@ -184,6 +184,9 @@ class StatsOut(BaseModel):
 class HealthOut(BaseModel):
     status: Literal["ok"]
     version: str
+    checks: dict[str, dict[str, Any]] | None = Field(
+        None, description="with ?verbose=1: each dependency, as /readyz reports it"
+    )
 
 
 class WebhookAck(BaseModel):

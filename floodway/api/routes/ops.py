@@ -1,16 +1,17 @@
-"""Operations: ``/v1/stats``, ``/metrics``, ``/healthz`` and the dashboard at ``/``."""
+"""Operations: ``/v1/stats``, ``/metrics``, ``/healthz``, ``/readyz`` and the dashboard at ``/``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import FileResponse, HTMLResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 import floodway
 from floodway.api.auth import Tenant
+from floodway.api.health import ReadyOut, check_dependencies
 from floodway.api.metrics import resource_snapshot
 from floodway.api.openapi import problems
 from floodway.api.problems import ApiProblem
@@ -76,13 +77,61 @@ async def metrics(state: State) -> Response:
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/healthz", response_model=HealthOut, summary="Liveness", responses=problems())
-async def healthz(state: State) -> HealthOut:
-    try:
-        state.fw.engine  # noqa: B018 - raises while the ledger is not open
-    except RuntimeError:
-        raise ApiProblem(503, "unavailable", "the ledger is not open") from None
-    return HealthOut(status="ok", version=floodway.__version__)
+VerboseOpt = Annotated[
+    str | None,
+    Query(description="present (and not `0` or `false`): also report each dependency"),
+]
+
+
+@router.get(
+    "/healthz",
+    response_model=HealthOut,
+    response_model_exclude_none=True,
+    summary="Liveness",
+    responses=problems(),
+)
+async def healthz(state: State, verbose: VerboseOpt = None) -> HealthOut:
+    """200 while the process serves: cheap, for a liveness probe (it looks at nothing else).
+    With ``?verbose=1`` it also reports each dependency, as ``/readyz`` does, still with 200."""
+    checks = None
+    if verbose is not None and verbose.lower() not in ("0", "false"):
+        checks = {name: c.model_dump() for name, c in (await check_dependencies(state)).items()}
+    return HealthOut(status="ok", version=floodway.__version__, checks=checks)
+
+
+@router.head("/healthz", include_in_schema=False)
+async def healthz_head() -> Response:
+    return Response(status_code=200)
+
+
+@router.get(
+    "/readyz",
+    response_model=ReadyOut,
+    summary="Readiness: every dependency answers",
+    responses=problems(),
+)
+async def readyz(state: State) -> ReadyOut:
+    """Each dependency (the ledger; the limiter's Redis when ``redis`` is set) looked at once,
+    with its latency. 503 when one is down: a load balancer should send this process no
+    traffic until it answers again (floodway keeps retrying on its own)."""
+    checks = await check_dependencies(state)
+    down = [name for name, check in checks.items() if check.status != "ok"]
+    if down:
+        raise ApiProblem(
+            503,
+            "dependency-unavailable",
+            "; ".join(f"{name} ({checks[name].target}): {checks[name].detail}" for name in down),
+            headers={"Retry-After": "1"},
+            checks={name: check.model_dump() for name, check in checks.items()},
+        )
+    return ReadyOut(status="ok", version=floodway.__version__, checks=checks)
+
+
+@router.head("/readyz", include_in_schema=False)
+async def readyz_head(state: State) -> Response:
+    checks = await check_dependencies(state)
+    ready = all(check.status == "ok" for check in checks.values())
+    return Response(status_code=200 if ready else 503)
 
 
 @router.get(

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import JSONResponse
 
 from floodway.api.auth import Tenant
+from floodway.api.media import JSON_BODY
 from floodway.api.openapi import problems
 from floodway.api.schemas import SubmitIn, SubmitOut, TaskOut, TaskPage, task_json, task_out
 from floodway.api.state import ApiState, api_state
@@ -62,9 +63,10 @@ def decode_cursor(cursor: str) -> int:
     status_code=202,
     response_model=SubmitOut,
     summary="Submit a task",
+    dependencies=[JSON_BODY],
     responses={
         200: {"model": SubmitOut, "description": "Idempotency-Key replay: the same task"},
-        **problems(401, 409, 422, 429),
+        **problems(401, 409, 415, 422, 429),
     },
 )
 async def submit(
