@@ -31,7 +31,8 @@ try:
 except ImportError:  # pragma: no cover - playwright is in the [test] extra
     async_playwright = None
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+#: pictures for people, shown by the README: every run of the browser tests renews them
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 CHROMIUM_ARGS = [
     "--headless=new",
     "--no-sandbox",
