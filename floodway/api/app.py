@@ -11,6 +11,7 @@ from fastapi_offline import FastAPIOffline
 
 import floodway
 from floodway.api.guard import GuardMiddleware
+from floodway.api.history import SAMPLE_INTERVAL_S, History
 from floodway.api.openapi import install_openapi
 from floodway.api.outbox import Outbox, OutboxOptions
 from floodway.api.problems import install_problem_handlers
@@ -37,12 +38,14 @@ def create_app(
     deliver_webhooks: bool | None = None,
     outbox_options: OutboxOptions | None = None,
     sse_recheck_s: float = 3.0,
+    stats_sample_s: float = SAMPLE_INTERVAL_S,
 ) -> FastAPI:
     """The API over ``fw``. Its lifespan opens ``fw`` (and closes it if it opened it).
 
     ``run_workers``: also run ``fw.worker(concurrency)`` (workers and maintenance) for the
     app's lifetime, as ``floodway serve`` does. ``deliver_webhooks`` (default: same as
-    ``run_workers``) runs the outbound webhook outbox.
+    ``run_workers``) runs the outbound webhook outbox. ``stats_sample_s``: how often the
+    history behind ``/v1/stats/history`` takes a sample.
     """
     state = ApiState(fw=fw, sse_recheck_s=sse_recheck_s)
     deliver = run_workers if deliver_webhooks is None else deliver_webhooks
@@ -60,6 +63,9 @@ def create_app(
                     state.submit_rate = SubmitRateLimiter(fw.settings.tenants, state.limiter)
                 if run_workers:
                     await stack.enter_async_context(fw.worker(concurrency))
+                state.history = await stack.enter_async_context(
+                    History(lambda: ops.stats_snapshot(state), fw.clock, interval_s=stats_sample_s)
+                )
                 if deliver:
                     outbox = Outbox(
                         fw,
@@ -69,7 +75,7 @@ def create_app(
                     await stack.enter_async_context(outbox)
                 yield
         finally:
-            state.submit_rate = state.limiter = None
+            state.submit_rate = state.limiter = state.history = None
             if opened_here:
                 await fw.close()
 

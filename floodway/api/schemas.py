@@ -181,6 +181,17 @@ class StatsOut(BaseModel):
     )
 
 
+class StatsSample(BaseModel):
+    at: datetime
+    stats: StatsOut
+
+
+class StatsHistoryOut(BaseModel):
+    now: datetime = Field(description="the server's clock when it answered")
+    interval_s: float = Field(description="seconds between samples")
+    samples: list[StatsSample] = Field(description="oldest first")
+
+
 class HealthOut(BaseModel):
     status: Literal["ok"]
     version: str

@@ -8,7 +8,9 @@ from typing import cast
 
 from fastapi import Request
 
+from floodway.api.history import History
 from floodway.api.metrics import ApiMetrics
+from floodway.api.schemas import StatsOut
 from floodway.api.stats import Recent
 from floodway.app import Floodway
 from floodway.config import Settings
@@ -24,6 +26,8 @@ class ApiState:
     #: the limiter backend this process's API uses (the submit rate's, and the one health
     #: probes when ``redis`` is set); set by the lifespan
     limiter: LimiterBackend | None = None
+    #: recent ``/v1/stats`` answers (set by the lifespan)
+    history: History[StatsOut] | None = None
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     recent: Recent = field(default_factory=Recent)
     #: slow re-check of an event stream, for changes written by other processes

@@ -152,7 +152,9 @@ async def start_dash(tmp_path: Path) -> AsyncIterator[StartDash]:
             fw.kind("flip", max_attempts=1)(flip.handler)
             fw.kind("slow", resource="slow-api")(slow.handler)
             fw.kind("busy")(busy)
-            app = create_app(fw, run_workers=True, concurrency=8, sse_recheck_s=0.2)
+            app = create_app(
+                fw, run_workers=True, concurrency=8, sse_recheck_s=0.2, stats_sample_s=0.25
+            )
             url = await stack.enter_async_context(serving(app))
             headers = {"Authorization": f"Bearer {next(iter(keys))}"} if keys else {}
             http = await stack.enter_async_context(

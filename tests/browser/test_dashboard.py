@@ -362,3 +362,24 @@ async def test_api_docs_render_with_the_network_off(dash: Dash, open_page: OpenP
     path = SCREENSHOTS / "api-docs.png"
     await page.screenshot(path=str(path), full_page=False)
     assert path.stat().st_size > 10_000
+
+
+async def test_charts_open_with_the_servers_recent_history(dash: Dash, open_page: OpenPage) -> None:
+    """Traffic before the page opens is on its charts at once: the page reads the server's
+    recent samples of /v1/stats before its first poll (and polls once a minute here)."""
+    for burst in range(3):
+        ids = [await dash.submit("sim", {"before": burst, "n": n}) for n in range(5)]
+        await dash.settle(ids, TERMINAL)
+    history = dash.app.state.api.history
+
+    async def sampled() -> bool:
+        return len(history.samples()) >= 8
+
+    await eventually(sampled)
+    watched = await open_page(f"{dash.url}/?poll=60000")
+    page = watched.page
+    await page.wait_for_selector("#chart-throughput path.chart-line")
+    drawn = await page.evaluate("window.floodwayDashboard.history.samples.length")
+    assert drawn >= 8  # the server's samples, and the page's own first poll
+    assert watched.count("/v1/stats/history") == 1 and watched.count("/v1/stats") == 1
+    assert watched.errors == []

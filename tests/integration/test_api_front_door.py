@@ -9,6 +9,7 @@ import re
 import socket
 
 from tests.integration.conftest import ApiServer, StartApi
+from tests.support import until
 
 SUBMIT = b'{"kind": "sim", "input": {"prompt": "a red chair"}}'
 AS_JSON = {"content-type": "application/json"}
@@ -127,3 +128,17 @@ async def test_docs_assets_come_from_the_server(api: ApiServer) -> None:
         assert asset.startswith("/"), asset  # on this server, never a CDN
         assert (await http.get(asset)).status_code == 200, asset
     assert "cdn" not in page.lower()
+
+
+async def test_stats_history_holds_the_processes_recent_samples(api: ApiServer) -> None:
+    http = await api.client()
+    history = api.app.state.api.history
+
+    async def sampled() -> bool:
+        return len(history.samples()) >= 1
+
+    await until(sampled, 10, "the first stats sample")
+    answer = (await http.get("/v1/stats/history")).json()
+    assert answer["interval_s"] == 5.0 and answer["samples"]
+    first = answer["samples"][0]
+    assert first["at"] <= answer["now"] and set(first["stats"]) >= {"tasks", "completion"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -15,7 +16,14 @@ from floodway.api.health import ReadyOut, check_dependencies
 from floodway.api.metrics import resource_snapshot
 from floodway.api.openapi import problems
 from floodway.api.problems import ApiProblem
-from floodway.api.schemas import HealthOut, StatsOut, TimingOut
+from floodway.api.schemas import (
+    HealthOut,
+    StatsHistoryOut,
+    StatsOut,
+    StatsSample,
+    TimingOut,
+    timestamp,
+)
 from floodway.api.state import ApiState, api_state
 from floodway.api.stats import Timing
 
@@ -43,6 +51,11 @@ def _timing(t: Timing) -> TimingOut:
 async def stats(tenant: Tenant, state: State) -> StatsOut:
     """Counts per status (all tenants: this is the operator's view and carries no task data),
     and timings over the newest tasks."""
+    return await stats_snapshot(state)
+
+
+async def stats_snapshot(state: ApiState) -> StatsOut:
+    """What ``GET /v1/stats`` answers (also sampled into its history)."""
     fw = state.fw
     counts = await fw.store.stats()
     window = await state.recent.window(fw.store)
@@ -57,6 +70,26 @@ async def stats(tenant: Tenant, state: State) -> StatsOut:
         dead_letters=counts.by_status.get("dead", 0),
         resources=await resource_snapshot(fw.engine),
         upstream=fw.engine.upstream.as_dict(),
+    )
+
+
+@router.get(
+    "/v1/stats/history",
+    response_model=StatsHistoryOut,
+    summary="Recent /v1/stats answers",
+    responses=problems(401),
+)
+async def stats_history(tenant: Tenant, state: State) -> StatsHistoryOut:
+    """What ``/v1/stats`` answered over the last minutes, sampled by this API process (the
+    dashboard draws its charts from them when it opens). Empty on a fresh process."""
+    history = state.history
+    samples = history.samples() if history is not None else []
+    return StatsHistoryOut(
+        now=timestamp(state.fw.clock.now()) or datetime.now(UTC),
+        interval_s=history.interval_s if history is not None else 0.0,
+        samples=[
+            StatsSample(at=timestamp(s.at) or datetime.now(UTC), stats=s.value) for s in samples
+        ],
     )
 
 
