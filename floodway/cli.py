@@ -171,8 +171,9 @@ async def run_until_signalled(fw: Floodway, concurrency: int | None) -> None:
             loop.add_signal_handler(sig, stop.set)
     async with fw, fw.worker(concurrency) as worker:
         console.print(
-            f"[green]worker[/] {worker.owner} on {fw.settings.database} "
-            f"running {', '.join(fw.kinds.names()) or 'no kinds'}"
+            f"[green]worker[/] {worker.owner} on {escape(redact(fw.settings.database))} "
+            f"running {', '.join(fw.kinds.names()) or 'no kinds'}",
+            soft_wrap=True,
         )
         await stop.wait()
         console.print(

@@ -14,6 +14,8 @@ import httpx
 import pytest
 
 from tests.acceptance.clirun import Served, cli, free_port, served
+from tests.logdocs import LINE, call_for, log_calls, quoted_lines
+from tests.support import ROOT, spawn_floodway, until
 
 TASK_ID = re.compile(r"\bt_[0-9A-Z]{26}\b")
 NARROW = 80
@@ -165,3 +167,55 @@ async def test_batch_file_mistakes_name_the_line(tmp_path: Path) -> None:
         (tmp_path / "mix.jsonl").write_text(text)
         code, _, err = await cli("batch", str(tmp_path / "mix.jsonl"), env=unreachable)
         assert code == 2 and message in one_error_line(err), err
+
+
+async def test_an_unreachable_redis_is_said_as_the_deploy_guide_quotes(tmp_path: Path) -> None:
+    """Redis down at start-up: one line says so at once, dispatch says why it waits, /readyz
+    is 503 and /healthz 200; the lines printed are the ones docs/deploy.md 5.2 quotes."""
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    section = guide[guide.index("### 5.2 Redis is unreachable") : guide.index("### 5.3")]
+    quoted = quoted_lines(section)[:2]  # the start-up line and the dispatcher's
+    calls = [call_for(line, log_calls()) for line in quoted]
+    assert all(calls), quoted
+    redis = f"redis://127.0.0.1:{free_port()}/0"
+    config = tmp_path / "floodway.toml"
+    config.write_text(f"""
+database = "sqlite:///{tmp_path}/fw.db"
+redis = "{redis}"
+[resources.api]
+concurrency = 2
+[kinds.img]
+adapter = "simulated"
+url = "http://127.0.0.1:{free_port()}"
+resource = "api"
+""")
+    port = free_port()
+    log = tmp_path / "serve.log"
+    proc = spawn_floodway(["serve", "--config", str(config), "--port", str(port)], {}, log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=url) as http:
+
+            async def up() -> bool:
+                try:
+                    return (await http.get("/healthz")).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            await until(up, 30, "floodway serve answers /healthz")
+            assert (await http.get("/readyz")).status_code == 503
+            submit = {"kind": "img", "input": {"prompt": "waits for Redis"}}
+            assert (await http.post("/v1/tasks", json=submit)).status_code == 202
+
+            def printed() -> list[tuple[str, str]]:
+                found = [LINE.match(line) for line in log.read_text().splitlines()]
+                return [(m["logger"], m["message"]) for m in found if m]
+
+            async def both_said() -> bool:
+                return all(any(c.matches(*p) for p in printed()) for c in calls if c)
+
+            await until(both_said, 30, "the start-up line and the dispatcher's")
+            assert any(redis in message for _, message in printed())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
