@@ -13,7 +13,15 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from floodway.core.errors import ConfigError
@@ -355,6 +363,16 @@ class Settings(BaseSettings):
     resources: dict[str, ResourceConfig] = Field(default_factory=dict)
     kinds: dict[str, KindConfig] = Field(default_factory=dict)
 
+    @field_validator("redis")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        if value and value.split("://", 1)[0].lower() not in ("redis", "rediss", "unix"):
+            raise ValueError(
+                f"{value!r} is not a Redis URL: use redis://host:6379/0, rediss://... for "
+                "TLS, unix:///path/to/redis.sock, or leave it empty for limits per process"
+            )
+        return value
+
     @model_validator(mode="after")
     def _kinds_name_known_resources(self) -> Settings:
         for name, kind in self.kinds.items():
@@ -411,5 +429,7 @@ def format_validation_error(exc: ValidationError, where: str) -> str:
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
+        elif err["type"] == "value_error" and "error" in err.get("ctx", {}):
+            msg = str(err["ctx"]["error"])  # our own words, without pydantic's "Value error, "
         lines.append(f"  {key}: {msg}")
     return "\n".join(lines)

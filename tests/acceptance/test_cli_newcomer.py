@@ -69,6 +69,9 @@ async def test_start_up_errors_are_one_line_naming_the_fix(tmp_path: Path) -> No
         (["serve", "--database", db, "--port", str(busy)], "pick another --port"),
         (["simulate", "--port", str(busy)], "pick another --port"),
     ]
+    code, _, err = await cli("worker", "--database", db, "--redis", "localhost:6379")
+    assert code == 2 and "redis: 'localhost:6379' is not a Redis URL" in err, err
+    assert "Traceback" not in err
     try:
         for args, fix in cases:
             if args[0] == "serve" and "--port" not in args:
