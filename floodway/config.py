@@ -133,7 +133,8 @@ class TenantConfig(_Strict):
 class ApiConfig(_Strict):
     keys: dict[str, str] = Field(
         default_factory=dict,
-        description="API key -> tenant. No keys: the API is open, and binds to loopback only",
+        description="API key -> tenant; clients send a key as `Authorization: Bearer <key>` "
+        "or `X-API-Key: <key>`. No keys: the API is open, and binds to loopback only",
     )
     max_body_bytes: int = Field(1_048_576, gt=0, description="largest request body (413 beyond)")
     max_json_depth: int = Field(32, gt=0, description="deepest JSON nesting of a body (400)")
