@@ -106,3 +106,5 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
         "next page: floodway list --after",  # the CLI's paging
     ):
         assert shown in out, (shown, out[-6000:])
+    # curl exits 0 on an HTTP error: a problem document in the output is the README failing.
+    assert "urn:floodway:problem" not in out, out[-6000:]
