@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import textwrap
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -19,7 +18,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Column, Table
 
 from floodway.api.schemas import SubmitIn
-from floodway.cli_remote import KeyOpt, UrlOpt, call, exit_with_error, out, read_text
+from floodway.cli_remote import (
+    KeyOpt,
+    UrlOpt,
+    call,
+    exit_with_error,
+    out,
+    print_indented,
+    read_text,
+)
 from floodway.client import DEFAULT_URL, BatchProgress, Client
 from floodway.core.states import TERMINAL
 from floodway.core.task import Task
@@ -185,12 +192,4 @@ def print_reasons(tasks: Sequence[Task], total: int) -> None:
         ids = ", ".join(t.id for t in group[:EXAMPLES]) + (", ..." if count > EXAMPLES else "")
         for text in (message, ids):
             if text:
-                indented = textwrap.fill(
-                    text,
-                    width=out.width,
-                    initial_indent="    ",
-                    subsequent_indent="    ",
-                    break_long_words=False,  # an id is never cut
-                    break_on_hyphens=False,
-                )
-                out.print(indented, soft_wrap=True, markup=False, highlight=False)
+                print_indented(text)

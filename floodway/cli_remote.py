@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import shlex
+import textwrap
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -158,7 +159,7 @@ def register(app: typer.Typer) -> None:
                 newest_first=not oldest_first,
             ),
         )
-        out.print(task_table(page.items, "tasks"))
+        print_tasks(page.items, "tasks")
         if page.next:
             again = ["floodway", "list", "--after", page.next]
             for flag, value in (("--status", status), ("--kind", kind)):
@@ -188,7 +189,7 @@ def register(app: typer.Typer) -> None:
         """Dead letters: `dlq list`, `dlq retry ID`, `dlq retry --all`."""
         if action == "list":
             dead = call(url, api_key, lambda c: collect(c, "dead"))
-            out.print(task_table(dead, f"dead letters ({len(dead)})"))
+            print_tasks(dead, f"dead letters ({len(dead)})")
         elif action == "retry" and (task_id or all_):
             retried = call(url, api_key, lambda c: retry_dead(c, task_id))
             out.print(f"sent {retried} dead letter(s) back to the queue")
@@ -208,11 +209,42 @@ async def collect(c: Client, status: str) -> list[Task]:
     return [t async for t in c.iter_tasks(status=status)]
 
 
-def task_table(tasks: list[Task], title: str) -> Table:
-    """Tasks as a table that never cuts an id (it must be copyable into ``get``): the id
-    column keeps its whole width and the error column wraps instead."""
-    table = Table(title=title)
+#: the columns besides the id need about this much room to say anything
+_OTHER_COLUMNS = 60
+
+
+def print_tasks(tasks: list[Task], title: str) -> None:
+    """Tasks as a table when the terminal has room for it, else one paragraph per task. Ids
+    are never cut: they are copied into ``floodway get``."""
     widest = max((len(t.id) for t in tasks), default=2)
+    if out.width >= widest + _OTHER_COLUMNS:
+        out.print(task_table(tasks, title, widest))
+        return
+    out.print(title)
+    for t in tasks:
+        out.print(t.id, soft_wrap=True, highlight=False)
+        print_indented(f"{t.kind} · {t.status.value} · {t.attempts} attempt(s)")
+        if t.error:
+            print_indented(f"{t.error.cls.value}: {t.error.message}")
+
+
+def print_indented(text: str, indent: str = "    ") -> None:
+    """``text`` wrapped to the terminal by words, indented; a long word (an id, a URL) is
+    never broken."""
+    wrapped = textwrap.fill(
+        text,
+        width=out.width,
+        initial_indent=indent,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    out.print(wrapped, soft_wrap=True, markup=False, highlight=False)
+
+
+def task_table(tasks: list[Task], title: str, widest: int) -> Table:
+    """The id column keeps its whole width; the error column wraps instead."""
+    table = Table(title=title)
     table.add_column("id", no_wrap=True, min_width=widest)
     for column in ("kind", "status", "attempts"):
         table.add_column(column, overflow="fold")
