@@ -7,17 +7,25 @@ import contextlib
 import importlib
 import logging
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from floodway.app import Floodway
+from floodway.cli_batch import register as register_batch
+from floodway.cli_remote import exit_with_error
 from floodway.cli_remote import register as register_remote
-from floodway.config import load_settings
-from floodway.core.errors import FloodwayError
+from floodway.clock import SystemClock
+from floodway.config import Settings, load_settings
+from floodway.core.errors import FloodwayError, LimiterUnavailable, StoreError
+from floodway.limits.factory import build_backend
+from floodway.serving import bind_socket
+from floodway.store.postgres.store import redact
 
 app = typer.Typer(
     name="floodway",
@@ -37,9 +45,25 @@ ConcurrencyOpt = Annotated[
 ]
 
 
+log = logging.getLogger("floodway")
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
-    console.print(f"[bold red]error:[/] {message}")
-    raise typer.Exit(code)
+    exit_with_error(message, code)
+
+
+def one_line(exc: BaseException) -> str:
+    """A driver's multi-line message (libpq's "Is the server running...") on one line."""
+    return " ".join(str(exc).split())
+
+
+def store_hint(url: str) -> str:
+    if url.split(":", 1)[0].lower() in ("postgresql", "postgres"):
+        return (
+            " (is PostgreSQL running and the database created? see docs/deploy.md; "
+            "set `database` in the config, --database or FLOODWAY_DATABASE)"
+        )
+    return " (set `database` in the config, --database or FLOODWAY_DATABASE)"
 
 
 def load_floodway(
@@ -50,6 +74,24 @@ def load_floodway(
         return _load_floodway(app_ref, config, database, redis)
     except FloodwayError as exc:
         fail(str(exc))
+
+
+def settings_or_fail(config: Path | None, **overrides: Any) -> Settings:
+    try:
+        return load_settings(config, **overrides)
+    except FloodwayError as exc:
+        fail(str(exc))
+
+
+def listen_or_fail(host: str, port: int) -> socket.socket:
+    try:
+        return bind_socket(host, port)
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc} (pick another --port)")
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
 
 
 def _load_floodway(
@@ -74,14 +116,50 @@ def _load_floodway(
     return target
 
 
-def run(coro: Any) -> Any:
-    """Run a coroutine; floodway errors become one clear line, not a traceback."""
+def run(coro: Any, database: str | None = None) -> Any:
+    """Run a coroutine; floodway errors become one clear line, not a traceback (a store
+    error also says where the database URL is set, when ``database`` names it)."""
     try:
         return asyncio.run(coro)
+    except StoreError as exc:
+        if isinstance(exc, LimiterUnavailable) or database is None:
+            fail(one_line(exc))
+        fail(one_line(exc) + store_hint(database))
     except FloodwayError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+
+
+def check_startup(fw: Floodway) -> None:
+    """Open everything once before serving, so a wrong database URL, an unreachable
+    PostgreSQL or a kind that cannot be built is one line naming the fix, not the traceback
+    of a failed server start-up. An unreachable Redis is not fatal (dispatch waits for it and
+    retries by itself), but it is said at once instead of one "dispatch paused" per second."""
+
+    async def go() -> None:
+        async with fw:
+            pass
+        await warn_if_redis_unreachable(fw.settings)
+
+    run(go(), fw.settings.database)
+
+
+async def warn_if_redis_unreachable(settings: Settings) -> None:
+    if not settings.redis:
+        return
+    backend = build_backend(settings, SystemClock())
+    try:
+        await backend.now()
+    except LimiterUnavailable as exc:
+        log.warning(
+            "the limiter's Redis at %s is unreachable (%s): nothing is dispatched until it "
+            "answers; retrying every second",
+            redact(settings.redis),
+            one_line(exc.__cause__ or exc),
+        )
+    finally:
+        await backend.aclose()
 
 
 async def run_until_signalled(fw: Floodway, concurrency: int | None) -> None:
@@ -92,8 +170,9 @@ async def run_until_signalled(fw: Floodway, concurrency: int | None) -> None:
             loop.add_signal_handler(sig, stop.set)
     async with fw, fw.worker(concurrency) as worker:
         console.print(
-            f"[green]worker[/] {worker.owner} on {fw.settings.database} "
-            f"running {', '.join(fw.kinds.names()) or 'no kinds'}"
+            f"[green]worker[/] {worker.owner} on {escape(redact(fw.settings.database))} "
+            f"running {', '.join(fw.kinds.names()) or 'no kinds'}",
+            soft_wrap=True,
         )
         await stop.wait()
         console.print(
@@ -110,15 +189,16 @@ def worker(
     concurrency: ConcurrencyOpt = None,
 ) -> None:
     """Run workers and maintenance (no HTTP). SIGTERM stops gracefully."""
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    setup_logging()
     fw = load_floodway(app_ref, config, database, redis)
-    run(run_until_signalled(fw, concurrency))
+    check_startup(fw)
+    run(run_until_signalled(fw, concurrency), fw.settings.database)
 
 
 @app.command()
 def migrate(config: ConfigOpt = None, database: DatabaseOpt = None) -> None:
     """Create or upgrade the schema (also done at every start)."""
-    settings = load_settings(config, database=database)
+    settings = settings_or_fail(config, database=database)
 
     async def go() -> None:
         from floodway.store.factory import open_store
@@ -127,8 +207,8 @@ def migrate(config: ConfigOpt = None, database: DatabaseOpt = None) -> None:
         await store.open()
         await store.close()
 
-    run(go())
-    console.print(f"[green]schema up to date[/] on {settings.database}")
+    run(go(), settings.database)
+    console.print(f"[green]schema up to date[/] on {redact(settings.database)}")
 
 
 @app.command()
@@ -172,8 +252,9 @@ def simulate(
         )
     except ValidationError as exc:
         fail(f"simulator options: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")
+    sock = listen_or_fail(host, port)
     console.print(f"[green]simulated provider[/] on http://{host}:{port} (GET /ledger, GET /stats)")
-    run_simulator_blocking(cfg, host, port)
+    run_simulator_blocking(cfg, host, port, sock=sock)
 
 
 @app.command()
@@ -229,21 +310,27 @@ def serve_http(
     *,
     run_workers: bool,
 ) -> None:
+    from floodway.api import check_bind
     from floodway.api import run as run_api
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    setup_logging()
     fw = load_floodway(app_ref, config, database, redis)
-    console.print(
-        f"[green]floodway[/] on http://{host}:{port} (dashboard /, docs /docs) "
-        f"with {fw.settings.database}"
-    )
+    check_startup(fw)
     try:
-        run_api(fw, host, port, run_workers=run_workers, concurrency=concurrency)
+        check_bind(host, fw.settings)
     except FloodwayError as exc:
         fail(str(exc))
+    sock = listen_or_fail(host, port)
+    console.print(
+        f"[green]floodway[/] on http://{host}:{port} (dashboard /, docs /docs) "
+        f"with {escape(redact(fw.settings.database))}",
+        soft_wrap=True,
+    )
+    run_api(fw, host, port, run_workers=run_workers, concurrency=concurrency, sock=sock)
 
 
 register_remote(app)
+register_batch(app)
 
 
 def main() -> None:

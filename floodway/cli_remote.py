@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
+import os
+import shlex
+import textwrap
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import httpx
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 
-from floodway.client import ApiError, Client
+from floodway.client import DEFAULT_URL, ApiError, Client
 from floodway.core.errors import FloodwayError
-from floodway.core.states import TERMINAL
 from floodway.core.task import SubmitRequest, Task
 from floodway.wire import task_json
 
@@ -27,7 +28,17 @@ err = Console(stderr=True)
 
 UrlOpt = Annotated[str, typer.Option("--url", envvar="FLOODWAY_URL", help="server URL")]
 KeyOpt = Annotated[str | None, typer.Option("--api-key", envvar="FLOODWAY_API_KEY", help="API key")]
-DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def say_error(message: str) -> None:
+    """``error: ...`` on stderr, on one line however narrow the terminal (so it can be
+    grepped and copied), and never read as Rich markup (messages quote ``[api] keys``)."""
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
+
+
+def exit_with_error(message: str, code: int = 2) -> NoReturn:
+    say_error(message)
+    raise typer.Exit(code)
 
 
 def call(url: str, api_key: str | None, work: Callable[[Client], Awaitable[T]]) -> T:
@@ -40,27 +51,46 @@ def call(url: str, api_key: str | None, work: Callable[[Client], Awaitable[T]]) 
     try:
         return asyncio.run(go())
     except httpx.ConnectError:
-        err.print(
-            f"[bold red]error:[/] cannot reach a floodway server at {url} "
+        say_error(
+            f"cannot reach a floodway server at {url} "
             "(start one with `floodway serve`, or set --url / FLOODWAY_URL)"
         )
     except ApiError as exc:
         if exc.status == 401:
-            err.print(
-                f"[bold red]error:[/] {url} refused the API key: {exc.detail or exc.title}"
+            say_error(
+                f"{url} refused the API key: {exc.detail or exc.title}"
                 " (set --api-key or FLOODWAY_API_KEY)"
             )
         else:
-            err.print(f"[bold red]error:[/] HTTP {exc.status}: {exc.detail or exc.title}")
+            say_error(f"HTTP {exc.status}: {exc.detail or exc.title}")
     except FloodwayError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        say_error(str(exc))
     except httpx.HTTPError as exc:
-        err.print(f"[bold red]error:[/] talking to {url}: {exc}")
+        say_error(f"talking to {url}: {exc}")
     raise typer.Exit(1)
 
 
 def show(task: Task, **extra: Any) -> None:
     out.print_json(json.dumps(task_json(task, **extra)))
+
+
+def parse_input(text: str) -> dict[str, Any]:
+    """``--input``: a JSON object (the task's input), or a one-line error saying so."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        exit_with_error(f"--input is not JSON: {exc}")
+    if not isinstance(value, dict):
+        exit_with_error(
+            f"--input must be a JSON object, not a {json_type(value)}: "
+            f"""e.g. --input '{{"prompt": {json.dumps(value)}}}'"""
+        )
+    return value
+
+
+def json_type(value: Any) -> str:
+    names = {str: "string", list: "list", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
 def register(app: typer.Typer) -> None:
@@ -74,12 +104,9 @@ def register(app: typer.Typer) -> None:
         url: UrlOpt = DEFAULT_URL,
         api_key: KeyOpt = None,
     ) -> None:
-        """Submit a task; prints it (with "reused": true when the key matched)."""
-        try:
-            value = json.loads(input)
-        except json.JSONDecodeError as exc:
-            err.print(f"[bold red]error:[/] --input is not JSON: {exc}")
-            raise typer.Exit(2) from None
+        """Submit a task; prints it (with "reused": true when the key matched). With --wait,
+        exits 1 unless it succeeded."""
+        value = parse_input(input)
 
         async def work(c: Client) -> tuple[Task, bool]:
             sub = await c.submit_request(SubmitRequest(kind, value, lane=lane, key=key))
@@ -88,7 +115,7 @@ def register(app: typer.Typer) -> None:
 
         task, reused = call(url, api_key, work)
         show(task, reused=reused)
-        if wait and task.status.value != "succeeded":
+        if wait and task.status.value not in ("succeeded", "deduped"):
             raise typer.Exit(1)
 
     @app.command()
@@ -110,32 +137,46 @@ def register(app: typer.Typer) -> None:
     def list_tasks(
         status: Annotated[str | None, typer.Option(help="only this status")] = None,
         kind: Annotated[str | None, typer.Option(help="only this kind")] = None,
-        limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+        limit: Annotated[int, typer.Option(min=1, max=1000, help="tasks per page")] = 50,
+        after: Annotated[
+            str | None, typer.Option("--after", help="the cursor a previous page printed")
+        ] = None,
+        oldest_first: Annotated[
+            bool, typer.Option("--oldest-first", help="oldest first (default: newest first)")
+        ] = False,
         url: UrlOpt = DEFAULT_URL,
         api_key: KeyOpt = None,
     ) -> None:
-        """List tasks, oldest first."""
-        page = call(url, api_key, lambda c: c.list_tasks(status=status, kind=kind, limit=limit))
-        out.print(task_table(page.items, "tasks"))
+        """List tasks, newest first, a page at a time; prints the command for the next page."""
+        page = call(
+            url,
+            api_key,
+            lambda c: c.list_tasks(
+                status=status,
+                kind=kind,
+                limit=limit,
+                after=after,
+                newest_first=not oldest_first,
+            ),
+        )
+        print_tasks(page.items, "tasks")
         if page.next:
-            out.print(f"more: --after {page.next}")
+            again = ["floodway", "list", "--after", page.next]
+            for flag, value in (("--status", status), ("--kind", kind)):
+                if value is not None:
+                    again += [flag, value]
+            if limit != 50:
+                again += ["--limit", str(limit)]
+            if oldest_first:
+                again.append("--oldest-first")
+            if url != os.environ.get("FLOODWAY_URL", DEFAULT_URL):
+                again += ["--url", url]
+            out.print(f"next page: {shlex.join(again)}", soft_wrap=True, highlight=False)
 
     @app.command()
     def stats(url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = None) -> None:
         """Tasks per state, timings, limiter usage (JSON)."""
         out.print_json(json.dumps(call(url, api_key, lambda c: c.stats())))
-
-    @app.command()
-    def batch(
-        file: Annotated[Path, typer.Argument(help="JSONL: one input object per line")],
-        kind: Annotated[str, typer.Option("--kind", help="the tasks' kind")],
-        wait: Annotated[bool, typer.Option("--wait", help="follow until all end")] = False,
-        url: UrlOpt = DEFAULT_URL,
-        api_key: KeyOpt = None,
-    ) -> None:
-        """Submit a JSONL file as one batch; with --wait, a live progress bar and a summary."""
-        inputs = read_jsonl(file)
-        call(url, api_key, lambda c: run_batch(c, kind, inputs, wait))
 
     @app.command()
     def dlq(
@@ -148,69 +189,12 @@ def register(app: typer.Typer) -> None:
         """Dead letters: `dlq list`, `dlq retry ID`, `dlq retry --all`."""
         if action == "list":
             dead = call(url, api_key, lambda c: collect(c, "dead"))
-            out.print(task_table(dead, f"dead letters ({len(dead)})"))
+            print_tasks(dead, f"dead letters ({len(dead)})")
         elif action == "retry" and (task_id or all_):
             retried = call(url, api_key, lambda c: retry_dead(c, task_id))
             out.print(f"sent {retried} dead letter(s) back to the queue")
         else:
-            err.print("[bold red]error:[/] use `dlq list`, `dlq retry ID` or `dlq retry --all`")
-            raise typer.Exit(2)
-
-
-def read_jsonl(file: Path) -> list[dict[str, Any]]:
-    inputs: list[dict[str, Any]] = []
-    try:
-        lines = file.read_text().splitlines()
-    except OSError as exc:
-        err.print(f"[bold red]error:[/] cannot read {file}: {exc.strerror}")
-        raise typer.Exit(2) from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            err.print(f"[bold red]error:[/] {file}:{number}: not JSON: {exc.msg}")
-            raise typer.Exit(2) from None
-        if not isinstance(value, dict):
-            err.print(f"[bold red]error:[/] {file}:{number}: each line must be a JSON object")
-            raise typer.Exit(2)
-        inputs.append(value)
-    if not inputs:
-        err.print(f"[bold red]error:[/] {file} holds no tasks")
-        raise typer.Exit(2)
-    return inputs
-
-
-async def run_batch(c: Client, kind: str, inputs: list[dict[str, Any]], wait: bool) -> None:
-    submitted = await c.batch(kind=kind, inputs=inputs)
-    out.print(f"batch {submitted.id}: {len(submitted.task_ids)} tasks submitted")
-    if not wait:
-        return
-    started = time.monotonic()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=out,
-    ) as bar:
-        line = bar.add_task("running", total=len(submitted.task_ids))
-        while True:
-            progress = await c.batch_status(submitted.id)
-            finished = sum(n for s, n in progress.counts.items() if s in TERMINAL)
-            summary = ", ".join(f"{s} {n}" for s, n in sorted(progress.counts.items()) if n)
-            bar.update(line, completed=finished, description=summary or "queued")
-            if progress.done:
-                break
-            await asyncio.sleep(0.5)
-    table = Table(title=f"batch {submitted.id} in {time.monotonic() - started:.1f}s")
-    table.add_column("status")
-    table.add_column("tasks", justify="right")
-    for status, n in sorted(progress.counts.items()):
-        if n:
-            table.add_row(status, str(n))
-    out.print(table)
+            exit_with_error("use `dlq list`, `dlq retry ID` or `dlq retry --all`")
 
 
 async def retry_dead(c: Client, task_id: str | None) -> int:
@@ -225,11 +209,56 @@ async def collect(c: Client, status: str) -> list[Task]:
     return [t async for t in c.iter_tasks(status=status)]
 
 
-def task_table(tasks: list[Task], title: str) -> Table:
-    table = Table(title=title)
-    for column in ("id", "kind", "status", "lane", "attempts", "error"):
-        table.add_column(column)
+#: the columns besides the id need about this much room to say anything
+_OTHER_COLUMNS = 60
+
+
+def print_tasks(tasks: list[Task], title: str) -> None:
+    """Tasks as a table when the terminal has room for it, else one paragraph per task. Ids
+    are never cut: they are copied into ``floodway get``."""
+    widest = max((len(t.id) for t in tasks), default=2)
+    if out.width >= widest + _OTHER_COLUMNS:
+        out.print(task_table(tasks, title, widest))
+        return
+    out.print(title)
     for t in tasks:
-        error = f"{t.error.cls.value}: {t.error.message}"[:60] if t.error else ""
-        table.add_row(t.id, t.kind, t.status.value, t.lane.value, str(t.attempts), error)
+        out.print(t.id, soft_wrap=True, highlight=False)
+        print_indented(f"{t.kind} · {t.status.value} · {t.attempts} attempt(s)")
+        if t.error:
+            print_indented(f"{t.error.cls.value}: {t.error.message}")
+
+
+def print_indented(text: str, indent: str = "    ") -> None:
+    """``text`` wrapped to the terminal by words, indented; a long word (an id, a URL) is
+    never broken."""
+    wrapped = textwrap.fill(
+        text,
+        width=out.width,
+        initial_indent=indent,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    out.print(wrapped, soft_wrap=True, markup=False, highlight=False)
+
+
+def task_table(tasks: list[Task], title: str, widest: int) -> Table:
+    """The id column keeps its whole width; the error column wraps instead."""
+    table = Table(title=title)
+    table.add_column("id", no_wrap=True, min_width=widest)
+    for column in ("kind", "status", "attempts"):
+        table.add_column(column, overflow="fold")
+    table.add_column("error", overflow="fold", ratio=1)
+    for t in tasks:
+        error = f"{t.error.cls.value}: {t.error.message}" if t.error else ""
+        table.add_row(t.id, t.kind, t.status.value, str(t.attempts), escape(error))
     return table
+
+
+def read_text(file: Path) -> str:
+    try:
+        return file.read_text()
+    except UnicodeDecodeError:
+        exit_with_error(f"cannot read {file}: not UTF-8 text")
+    except OSError as exc:
+        exit_with_error(f"cannot read {file}: {exc.strerror or exc}")

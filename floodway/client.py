@@ -166,10 +166,22 @@ class Client:
         status: str | None = None,
         kind: str | None = None,
         lane: str | None = None,
+        batch: str | None = None,
         limit: int = 100,
         after: str | None = None,
+        newest_first: bool = False,
     ) -> Page:
-        params = {"status": status, "kind": kind, "lane": lane, "limit": limit, "after": after}
+        """One page of the caller's tasks, oldest first (``newest_first``: newest first); pass
+        its ``next`` as ``after`` (with the same order) for the following page."""
+        params = {
+            "status": status,
+            "kind": kind,
+            "lane": lane,
+            "batch": batch,
+            "limit": limit,
+            "after": after,
+            "order": "desc" if newest_first else None,
+        }
         data = await self._request(
             "GET", "/v1/tasks", params={k: v for k, v in params.items() if v is not None}
         )
@@ -181,13 +193,21 @@ class Client:
         status: str | None = None,
         kind: str | None = None,
         lane: str | None = None,
+        batch: str | None = None,
         page_size: int = 100,
+        newest_first: bool = False,
     ) -> AsyncIterator[Task]:
         """Every matching task, page after page."""
         after: str | None = None
         while True:
             page = await self.list_tasks(
-                status=status, kind=kind, lane=lane, limit=page_size, after=after
+                status=status,
+                kind=kind,
+                lane=lane,
+                batch=batch,
+                limit=page_size,
+                after=after,
+                newest_first=newest_first,
             )
             for task in page.items:
                 yield task

@@ -13,7 +13,15 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from floodway.core.errors import ConfigError
@@ -55,110 +63,306 @@ def parse_rate(value: str) -> tuple[float, float]:
     return (n, seconds)
 
 
-def _check_rate(value: str) -> str:
+def check_rate(value: str) -> str:
     parse_rate(value)
     return value
 
 
-Rate = Annotated[str, BeforeValidator(_check_rate)]
+Rate = Annotated[str, BeforeValidator(check_rate)]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+#: which adapters read a kind key (the reference in docs/configuration.md says so per key)
+HTTP_LIKE = ("http", "simulated")
+
+
+def _for(*adapters: str) -> dict[str, Any]:
+    return {"adapters": list(adapters)}
+
+
 class ResourceConfig(_Strict):
     """One provider quota pool. Limits are the provider's published ones; floodway applies
     ``headroom`` of them. 0 means no limit on that dimension."""
 
-    concurrency: int = Field(0, ge=0)
-    requests_per_minute: float = Field(0, ge=0)
-    tokens_per_minute: float = Field(0, ge=0)
-    headroom: float = Field(1.0, gt=0, le=1)
-    adaptive: bool = False
-    burst: Duration = Field(0.0, description="bucket capacity as seconds of refill; 0 = auto")
+    concurrency: int = Field(0, ge=0, description="requests in flight at once; 0 = no cap")
+    requests_per_minute: float = Field(0, ge=0, description="requests per minute; 0 = no limit")
+    tokens_per_minute: float = Field(
+        0,
+        ge=0,
+        description='"tokens" (any metered unit: the kind\'s cost estimate) per minute; '
+        "0 = no limit",
+    )
+    headroom: float = Field(
+        1.0, gt=0, le=1, description="the share of each published limit floodway uses (0.8: 80 %)"
+    )
+    adaptive: bool = Field(
+        False, description="on a 429, halve the rates and the cap; recover +10 % per quiet second"
+    )
+    burst: Duration = Field(
+        0.0,
+        description="a bucket's capacity as seconds of refill; 0 = the largest that keeps a "
+        "sliding minute within the limit",
+    )
 
 
 class TenantConfig(_Strict):
-    concurrency: int = Field(0, ge=0)
-    submit_rate: Rate = ""
-    interactive_depth: int = Field(5, ge=0)
+    """Defaults for every tenant (what ``[api] keys`` maps each key to; "default" when the
+    API is open)."""
+
+    concurrency: int = Field(
+        0,
+        ge=0,
+        description="a tenant's tasks in flight (enforced at dispatch); 0 = no cap. Below the "
+        "resources' caps it keeps one tenant from taking all of them",
+    )
+    submit_rate: Rate = Field(
+        "",
+        description='API submits per tenant, e.g. "20/s", "600/m" (429 + Retry-After beyond); '
+        "empty = no limit. Needs redis to hold across API processes",
+    )
+    interactive_depth: int = Field(
+        5,
+        ge=0,
+        description="a tenant's interactive tasks queued or running at once (429 beyond)",
+    )
 
 
 class ApiConfig(_Strict):
-    #: API key -> tenant. No keys (and no admin keys): the API is open, bound to loopback only.
-    keys: dict[str, str] = Field(default_factory=dict)
-    #: operator keys (key -> tenant, as ``keys``): they act as their tenant for tasks, and see
-    #: every tenant in ``/v1/stats`` and ``/metrics``
-    admin_keys: dict[str, str] = Field(default_factory=dict)
-    #: also serve ``/metrics``, without a key, on this port of ``metrics_host`` (for a
-    #: Prometheus on a private network); None: only on the API's port, where keys apply
-    metrics_port: int | None = Field(None, ge=1, le=65535)
-    metrics_host: str = "127.0.0.1"
-    max_body_bytes: int = Field(1_048_576, gt=0)
-    max_json_depth: int = Field(32, gt=0)
+    keys: dict[str, str] = Field(
+        default_factory=dict,
+        description="API key -> tenant; clients send a key as `Authorization: Bearer <key>` "
+        "or `X-API-Key: <key>`. No keys: the API is open, and binds to loopback only",
+    )
+    admin_keys: dict[str, str] = Field(
+        default_factory=dict,
+        description="operator keys (key -> tenant): they act as their tenant for tasks and see "
+        "every tenant in /v1/stats and /metrics",
+    )
+    metrics_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="also serve /metrics, without a key, on this port of metrics_host (for a "
+        "Prometheus on a private network); unset: only on the API's port, operators only",
+    )
+    metrics_host: str = Field("127.0.0.1", description="the address metrics_port listens on")
+    max_body_bytes: int = Field(1_048_576, gt=0, description="largest request body (413 beyond)")
+    max_json_depth: int = Field(32, gt=0, description="deepest JSON nesting of a body (400)")
+    #: a client that sent its headers has this long to send the whole body (408 after), so
+    #: connections that never send one cannot pile up; 1 MiB at 1 Mbit/s takes about 8 s
+    body_timeout: Duration = Field(
+        10.0, gt=0, description="time to receive a whole request body (408 and closed after)"
+    )
     #: hosts a task's ``callback_url`` may name (``hooks.example.com``, ``*.example.com``);
     #: empty = any. Set it when callers are not trusted: the outbox POSTs from inside your
     #: network, so an open list lets a caller aim it at internal addresses (SSRF).
-    callback_hosts: list[str] = Field(default_factory=list)
+    callback_hosts: list[str] = Field(
+        default_factory=list,
+        description='hosts a callback_url may name ("hooks.example.com", "*.example.com"); '
+        "empty = any (set it when callers are not trusted)",
+    )
 
 
 class RetentionConfig(_Strict):
-    results: Duration = 7 * 86400
-    rows: Duration = 30 * 86400
-    keys: Duration = 24 * 3600
+    results: Duration = Field(7 * 86400, description="results and errors are dropped after this")
+    rows: Duration = Field(30 * 86400, description="finished tasks are deleted after this")
+    keys: Duration = Field(24 * 3600, description="Idempotency-Keys expire after this")
+
+
+class KindOptions(_Strict):
+    """``[kinds.NAME] options``: adapter-specific extras (every one optional)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    poll_ratio: float = Field(
+        0.13,
+        gt=0,
+        le=10,
+        description="the gap before the next poll, as a share of the job's age",
+        json_schema_extra=_for(*HTTP_LIKE),
+    )
+    poll_max_interval: Duration = Field(
+        60.0, gt=0, description="longest gap between two polls", json_schema_extra=_for(*HTTP_LIKE)
+    )
+    callback_url: str | None = Field(
+        None,
+        description="sent in the request body (as callback_field) so the provider calls back; "
+        "{kind} is replaced by the kind's name",
+        json_schema_extra=_for(*HTTP_LIKE),
+    )
+    callback_field: str = Field(
+        "callback_url",
+        description="the body field that carries callback_url",
+        json_schema_extra=_for(*HTTP_LIKE),
+    )
+    cancel_method: str = Field(
+        "DELETE", description="HTTP method of cancel_url", json_schema_extra=_for(*HTTP_LIKE)
+    )
+    result_url: str | None = Field(
+        None,
+        description="a separate result endpoint ({id}: the job id), when a poll gives only "
+        "a status",
+        json_schema_extra=_for("http"),
+    )
+    usage_field: str = Field(
+        "usage",
+        description="the answer's field with the usage that settles the cost estimate",
+        json_schema_extra=_for(*HTTP_LIKE),
+    )
+    idempotent: bool | None = Field(
+        None,
+        description="does the provider honour Idempotency-Key (a resubmission replays the "
+        "work instead of billing it again)? Then the work of a worker that died mid-call is "
+        "resubmitted at once; otherwise it fails as interrupted. Default: true for simulated "
+        "(the simulator honours it), false for http and openai (not every provider does)",
+        json_schema_extra=_for("http", "simulated", "openai"),
+    )
 
 
 class KindConfig(_Strict):
-    adapter: Literal["http", "openai", "simulated", "python"] = "python"
-    resource: str | None = None
-    handler: str | None = None  # python adapter: "module:function"
-    url: str | None = None
-    poll_url: str | None = None
-    cancel_url: str | None = None
-    lookup_url: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
-    status_field: str = "status"
-    done_values: list[str] = Field(default_factory=lambda: ["succeeded", "completed", "done"])
-    failed_values: list[str] = Field(default_factory=lambda: ["failed", "error", "cancelled"])
-    result_field: str = "result"
-    id_field: str = "id"
-    webhook_secret: str | None = None
-    base_url: str | None = None  # openai
-    api_key_env: str | None = None  # openai
-    endpoint: Literal["chat", "embeddings", "images"] = "chat"
-    model: str | None = None
-    cost: str | None = None  # "tokens" | "chars" | "fixed:N" ...
-    output_schema: dict[str, Any] | None = None
-    fallback: str | None = None
-    max_attempts: int = Field(4, ge=1)
-    timeout: Duration = 60.0
-    deadline: Duration = 15 * 60.0
-    dedupe: bool = True
-    #: who shares results: "tenant" (each tenant its own) or "global" (every tenant: saves
-    #: money when tenants ask for the same work, but tells one tenant what another submitted)
-    share: Literal["tenant", "global"] = "tenant"
-    version: str = "1"
-    poll_after: Duration = 1.0
-    poll_max_attempts: int = Field(30, ge=1)
-    callback_grace: Duration = 180.0
-    options: dict[str, Any] = Field(default_factory=dict)  # adapter-specific extras
+    """``[kinds.NAME]``: a kind declared in the config, run by an adapter."""
+
+    adapter: Literal["http", "openai", "simulated", "python"] = Field(
+        "python", description="what runs the task: http | openai | simulated | python"
+    )
+    resource: str | None = Field(
+        None, description="the [resources.NAME] whose limits it counts against"
+    )
+    handler: str | None = Field(
+        None,
+        description='"module:function": an async def handler(ctx, input)',
+        json_schema_extra=_for("python"),
+    )
+    url: str | None = Field(
+        None,
+        description="http: where to POST the input (required); simulated: the simulator's "
+        "base URL (default http://127.0.0.1:9000)",
+        json_schema_extra=_for(*HTTP_LIKE),
+    )
+    poll_url: str | None = Field(
+        None,
+        description="set: the provider answers with a job to poll ({id}: the job id)",
+        json_schema_extra=_for(*HTTP_LIKE),
+    )
+    cancel_url: str | None = Field(
+        None,
+        description="called (cancel_method) to stop an upstream job ({id})",
+        json_schema_extra=_for(*HTTP_LIKE),
+    )
+    lookup_url: str | None = Field(
+        None,
+        description="finds finished work by idempotency key ({key}) after a crash",
+        json_schema_extra=_for(*HTTP_LIKE),
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra request headers; ${ENV} is replaced by that environment variable",
+        json_schema_extra=_for("http", "simulated", "openai"),
+    )
+    status_field: str = Field(
+        "status", description="a job's status field", json_schema_extra=_for(*HTTP_LIKE)
+    )
+    done_values: list[str] = Field(
+        default_factory=lambda: ["succeeded", "completed", "done"],
+        description="statuses of a finished job",
+        json_schema_extra=_for(*HTTP_LIKE),
+    )
+    failed_values: list[str] = Field(
+        default_factory=lambda: ["failed", "error", "cancelled"],
+        description="statuses of a failed job",
+        json_schema_extra=_for(*HTTP_LIKE),
+    )
+    result_field: str = Field(
+        "result",
+        description="the answer's result field (the whole answer when it has none)",
+        json_schema_extra=_for(*HTTP_LIKE),
+    )
+    id_field: str = Field("id", description="a job's id field", json_schema_extra=_for(*HTTP_LIKE))
+    webhook_secret: str | None = Field(
+        None,
+        description="takes signed provider callbacks at POST /v1/webhooks/NAME; polling then "
+        "waits callback_grace first",
+        json_schema_extra=_for(*HTTP_LIKE),
+    )
+    base_url: str | None = Field(
+        None,
+        description="the API's base URL (default https://api.openai.com/v1)",
+        json_schema_extra=_for("openai"),
+    )
+    api_key_env: str | None = Field(
+        None,
+        description="the environment variable that holds the API key",
+        json_schema_extra=_for("openai"),
+    )
+    endpoint: Literal["chat", "embeddings", "images"] = Field(
+        "chat", description="chat | embeddings | images", json_schema_extra=_for("openai")
+    )
+    model: str | None = Field(
+        None,
+        description="the model, when the input names none",
+        json_schema_extra=_for("openai"),
+    )
+    cost: str | None = Field(
+        None,
+        description='the cost estimate: "tokens", "chars" or "fixed:N"; unset: the '
+        "adapter's own (openai: by endpoint; simulated: tokens; http: none)",
+        json_schema_extra=_for("http", "simulated", "openai"),
+    )
+    output_schema: dict[str, Any] | None = Field(
+        None, description="JSON Schema a result must pass (a failing 2xx counts toward poison)"
+    )
+    fallback: str | None = Field(None, description="a kind submitted when a task turns poison")
+    max_attempts: int = Field(4, ge=1, description="attempts before a task is dead")
+    timeout: Duration = Field(60.0, description="one attempt's time limit")
+    deadline: Duration = Field(15 * 60.0, description="a task's time limit, attempts included")
+    dedupe: bool = Field(
+        True, description="the same input again joins or reuses the same work (fingerprint)"
+    )
+    share: Literal["tenant", "global"] = Field(
+        "tenant",
+        description='who shares results: "tenant" (each its own) or "global" (every tenant: '
+        "saves money when tenants ask for the same work, and tells one what another asked)",
+    )
+    version: str = Field(
+        "1", description="part of the fingerprint: bump it when the same input should run anew"
+    )
+    poll_after: Duration = Field(
+        1.0,
+        description="the first poll of a job (set it near the shortest job's duration)",
+        json_schema_extra=_for(*HTTP_LIKE),
+    )
+    poll_max_attempts: int = Field(
+        30, ge=1, description="polls before a job is given up", json_schema_extra=_for(*HTTP_LIKE)
+    )
+    callback_grace: Duration = Field(
+        180.0,
+        description="with webhook_secret: how long to wait for the callback before polling",
+        json_schema_extra=_for(*HTTP_LIKE),
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="adapter-specific extras: see [kinds.NAME.options]"
+    )
 
 
 class CallbacksConfig(_Strict):
     """Outbound callbacks: a task's ``callback_url`` is POSTed when the task ends."""
 
-    max_attempts: int = Field(8, ge=1)
+    max_attempts: int = Field(8, ge=1, description="deliveries tried before giving up")
     backoff: Duration = Field(2.0, description="first gap between attempts (full jitter, x2)")
-    max_backoff: Duration = 600.0
-    timeout: Duration = 10.0
+    max_backoff: Duration = Field(600.0, description="longest gap between attempts")
+    timeout: Duration = Field(10.0, description="one delivery's time limit")
 
 
 class WorkerConfig(_Strict):
-    concurrency: int = Field(20, ge=1)
-    lease: Duration = 30.0
-    grace: Duration = 10.0
-    claim_batch: int = Field(64, ge=1)
+    concurrency: int = Field(20, ge=1, description="tasks one process runs at once")
+    lease: Duration = Field(
+        30.0, description="a worker silent this long is presumed dead; its tasks are recovered"
+    )
+    grace: Duration = Field(10.0, description="on SIGTERM: time for running tasks to finish")
+    claim_batch: int = Field(64, ge=1, description="most tasks claimed in one statement")
 
 
 class Settings(BaseSettings):
@@ -166,11 +370,22 @@ class Settings(BaseSettings):
         env_prefix="FLOODWAY_", env_nested_delimiter="__", extra="forbid"
     )
 
-    database: str = "sqlite:///floodway.db"
-    redis: str = ""
+    database: str = Field(
+        "sqlite:///floodway.db",
+        description="the ledger: sqlite:///path/file.db or postgresql://user@host/db",
+    )
+    redis: str = Field(
+        "",
+        description="redis://host:6379/0 (rediss:// for TLS): limits shared by every process; "
+        "empty = limits per process",
+    )
     #: one deployment's keys in a shared Redis: ``floodway:{<redis_prefix>}:...``
-    redis_prefix: str = Field("default", pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
-    alert_url: str = ""
+    redis_prefix: str = Field(
+        "default",
+        pattern=r"^[A-Za-z0-9_.\-]{1,64}$",
+        description="the key space of one deployment in a shared Redis",
+    )
+    alert_url: str = Field("", description="gets a POST for every dead letter")
     api: ApiConfig = Field(default_factory=ApiConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
@@ -178,6 +393,16 @@ class Settings(BaseSettings):
     tenants: TenantConfig = Field(default_factory=TenantConfig)
     resources: dict[str, ResourceConfig] = Field(default_factory=dict)
     kinds: dict[str, KindConfig] = Field(default_factory=dict)
+
+    @field_validator("redis")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        if value and value.split("://", 1)[0].lower() not in ("redis", "rediss", "unix"):
+            raise ValueError(
+                f"{value!r} is not a Redis URL: use redis://host:6379/0, rediss://... for "
+                "TLS, unix:///path/to/redis.sock, or leave it empty for limits per process"
+            )
+        return value
 
     @model_validator(mode="after")
     def _kinds_name_known_resources(self) -> Settings:
@@ -216,6 +441,9 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
             raise ConfigError(f"{path}: no such config file") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ConfigError(f"{path}: cannot read the config file: {why}") from None
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         settings = Settings(**data)
@@ -232,5 +460,7 @@ def format_validation_error(exc: ValidationError, where: str) -> str:
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
+        elif err["type"] == "value_error" and "error" in err.get("ctx", {}):
+            msg = str(err["ctx"]["error"])  # our own words, without pydantic's "Value error, "
         lines.append(f"  {key}: {msg}")
     return "\n".join(lines)

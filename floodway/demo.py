@@ -1,4 +1,4 @@
-"""``floodway demo``: the seed's story on the embedded default, offline, in about 30 s.
+"""``floodway demo``: the seed's story on the embedded default, offline, in about 45 s.
 
 A simulated image API capped at 10 concurrent requests, with realistic faults (5xx, 429s, a
 content refusal or two). 200 image tasks are submitted at once and one impatient user clicks
@@ -140,6 +140,10 @@ async def _run(
                 ) == len(ids):
                     break
                 await asyncio.sleep(0.25)
+        if not console.is_terminal:
+            # Rich ends a live view with a newline only on a terminal: in a file or a pipe its
+            # last line would run into the summary's title.
+            console.line()
     makespan = time.monotonic() - started
     final = [await fw.get(i) for i in ids]
     return summarize(final, sim, makespan, opts, console)
@@ -170,7 +174,7 @@ def summarize(
     table.add_row("failed or dead", str(len(dead)))
     for t in dead[:5]:
         why = t.error.message if t.error else "?"
-        table.add_row(f"  {t.id}", f"{t.status.value}: {why[:70]}")
+        table.add_row(f"  {t.id}", f"{t.status.value}: {why}")  # wrapped by words, never cut
     table.add_row(
         "billed images", f"{ledger['total']} (double charged: {len(ledger['double_charged'])})"
     )

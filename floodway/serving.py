@@ -20,8 +20,7 @@ GRACEFUL_SHUTDOWN_S = 5
 @asynccontextmanager
 async def serve_app(app: ASGIApp, port: int = 0, host: str = "127.0.0.1") -> AsyncIterator[str]:
     """Serve any ASGI app with uvicorn as a task of the running loop; yields its base URL."""
-    # Binding here, not in uvicorn: a taken port raises OSError instead of uvicorn's sys.exit.
-    sock = _bind(host, port)
+    sock = bind_socket(host, port)
     config = uvicorn.Config(
         app,
         log_level="warning",
@@ -46,7 +45,9 @@ async def serve_app(app: ASGIApp, port: int = 0, host: str = "127.0.0.1") -> Asy
         sock.close()
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening-ready TCP socket on ``host:port``; a taken port raises OSError (uvicorn, left
+    to bind, would log and ``sys.exit``)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto must say TCP: asyncio sets TCP_NODELAY on accepted connections only when it does,
     # and without it every keep-alive response waits ~40 ms for the client's delayed ACK.

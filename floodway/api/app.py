@@ -1,4 +1,4 @@
-"""The HTTP API's app factory (DESIGN section 2, "HTTP API")."""
+"""The HTTP API's app factory."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from floodway.api.guard import GuardMiddleware
+from floodway.api.history import SAMPLE_INTERVAL_S, History
 from floodway.api.openapi import install_openapi
 from floodway.api.problems import install_problem_handlers
 from floodway.api.routes import batches, events, ops, tasks, webhooks
@@ -25,8 +27,10 @@ from floodway.version import __version__
 
 DESCRIPTION = """A durable scheduler for calls to rate-limited, billed AI providers.
 
+Send request bodies as JSON, with `Content-Type: application/json` (anything else is a 415).
 Errors are RFC 9457 `application/problem+json`. Authenticate with `Authorization: Bearer <key>`
 or `X-API-Key: <key>` when `[api] keys` is configured; every task is scoped to the key's tenant.
+`/healthz` is a liveness probe, `/readyz` a readiness probe (503 while a dependency is down).
 """
 
 
@@ -36,11 +40,13 @@ def create_app(
     run_workers: bool = False,
     concurrency: int | None = None,
     sse_recheck_s: float = 3.0,
+    stats_sample_s: float = SAMPLE_INTERVAL_S,
 ) -> FastAPI:
     """The API over ``fw``. Its lifespan opens ``fw`` (and closes it if it opened it).
 
     ``run_workers``: also run ``fw.worker(concurrency)`` (workers and maintenance, which
     delivers the outbound callbacks) for the app's lifetime, as ``floodway serve`` does.
+    ``stats_sample_s``: how often the history behind ``/v1/stats/history`` takes a sample.
     """
     state = ApiState(fw=fw, sse_recheck_s=sse_recheck_s)
 
@@ -50,12 +56,16 @@ def create_app(
         await fw.open()
         try:
             async with AsyncExitStack() as stack:
-                if fw.settings.tenants.submit_rate:
-                    backend = build_backend(fw.settings, fw.clock)
-                    stack.push_async_callback(backend.aclose)
-                    state.submit_rate = SubmitRateLimiter(fw.settings.tenants, backend)
+                if fw.settings.tenants.submit_rate or fw.settings.redis:
+                    state.limiter = build_backend(fw.settings, fw.clock)
+                    stack.push_async_callback(state.limiter.aclose)
+                if fw.settings.tenants.submit_rate and state.limiter is not None:
+                    state.submit_rate = SubmitRateLimiter(fw.settings.tenants, state.limiter)
                 if run_workers:
                     await stack.enter_async_context(fw.worker(concurrency))
+                state.history = await stack.enter_async_context(
+                    History(lambda: ops.stats_snapshot(state), fw.clock, interval_s=stats_sample_s)
+                )
                 api = fw.settings.api
                 if api.metrics_port is not None:
                     metrics = metrics_app(state)
@@ -64,15 +74,17 @@ def create_app(
                     )
                 yield
         finally:
-            state.submit_rate = None
+            state.submit_rate = state.limiter = state.history = None
             if opened_here:
                 await fw.close()
 
-    app = FastAPI(
+    # /docs and /redoc from assets shipped in the package, not a CDN: they work air-gapped.
+    app = FastAPIOffline(
         title="floodway",
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        favicon_url="/static/favicon.svg",
     )
     app.state.api = state
     install_problem_handlers(app)
@@ -85,6 +97,7 @@ def create_app(
         GuardMiddleware,
         max_body_bytes=limits.max_body_bytes,
         max_json_depth=limits.max_json_depth,
+        body_timeout_s=limits.body_timeout,
         on_response=lambda code: state.metrics.responses.labels(str(code)).inc(),
     )
     install_openapi(app, kinds=fw.kinds.names)

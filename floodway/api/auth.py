@@ -100,6 +100,6 @@ def check_bind(host: str, settings: Settings) -> None:
         return
     raise ConfigError(
         f"refusing to bind {host} with no API keys configured: anyone who can reach it could "
-        'submit billed work. Add [api] keys = {{ "<key>" = "<tenant>" }} to the config '
+        'submit billed work. Add [api] keys = { "<key>" = "<tenant>" } to the config '
         "(or FLOODWAY_API__KEYS), or bind 127.0.0.1."
     )

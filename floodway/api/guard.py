@@ -2,9 +2,10 @@
 
 It reads the whole request body before any route runs (bodies are small: ``[api]
 max_body_bytes``, 1 MiB by default), counting bytes as they arrive, so a client that lies in
-``Content-Length`` or sends chunks without one is stopped at the limit all the same. The body is
-then replayed to the app. JSON nested deeper than ``max_json_depth`` is refused before any parser
-recurses into it.
+``Content-Length`` or sends chunks without one is stopped at the limit all the same; and within
+``[api] body_timeout``, so a client that sends headers and then nothing (slowloris) is answered
+408 and its connection closed instead of being held open. The body is then replayed to the app.
+JSON nested deeper than ``max_json_depth`` is refused before any parser recurses into it.
 """
 
 from __future__ import annotations
@@ -59,10 +60,12 @@ class GuardMiddleware:
         *,
         max_body_bytes: int,
         max_json_depth: int,
+        body_timeout_s: float,
         on_response: Callable[[int], None] | None = None,
     ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
         self.max_json_depth = max_json_depth
         self.on_response = on_response
 
@@ -81,7 +84,18 @@ class GuardMiddleware:
             await send(message)
 
         try:
-            body = await self._read_body(scope, receive)
+            async with asyncio.timeout(self.body_timeout_s):
+                body = await self._read_body(scope, receive)
+        except TimeoutError:
+            await _answer(
+                tracked_send,
+                408,
+                "body-timeout",
+                f"the request body did not arrive within {self.body_timeout_s:g} s",
+                limit="body_timeout",
+                timeout_s=self.body_timeout_s,
+            )
+            return
         except _TooLarge:
             await _answer(
                 tracked_send,
@@ -167,7 +181,8 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 
 def _is_json(scope: Scope) -> bool:
-    # FastAPI parses a body without Content-Type as JSON too, so that case is checked as well.
+    # A body without Content-Type is checked too: it may still reach a JSON parser (the 415 of
+    # a JSON route says which header to add, but the webhook receiver parses any body).
     content_type = _header(scope, b"content-type")
     return content_type is None or "json" in content_type.lower()
 
@@ -178,7 +193,7 @@ async def _answer(send: Send, status: int, slug: str, detail: str, **extra: obje
         (b"content-type", PROBLEM_JSON.encode()),
         (b"content-length", str(len(body)).encode()),
     ]
-    if status == 413:
+    if status in (408, 413):
         headers.append((b"connection", b"close"))  # we did not read the rest of it
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -19,16 +19,19 @@ _DESCRIPTIONS = {
     400: "Malformed JSON, or JSON nested too deep",
     401: "Missing or unknown API key (when keys are configured), or a bad webhook signature",
     404: "No such task for this tenant, or no such route",
+    408: "The request body did not arrive within [api] body_timeout",
     409: "Conflicting state (Idempotency-Key reused with another body, illegal transition)",
     413: "Request body larger than [api] max_body_bytes",
+    415: "A body that is not sent as Content-Type: application/json",
     422: "Invalid request (unknown kind, bad input, bad parameters)",
     429: "Admission refused (submit rate or interactive depth); see Retry-After",
     500: "Internal error",
     503: "The task ledger is unavailable",
 }
 
-#: what any route can answer: its body is checked before routing, and bugs are possible
-_ALWAYS = (400, 413, 500, 503)
+#: what any route can answer: its body is read and checked before routing, and bugs are
+#: possible
+_ALWAYS = (400, 408, 413, 500, 503)
 
 
 def problems(*codes: int) -> dict[int | str, dict[str, Any]]:

@@ -3,6 +3,7 @@ DESIGN section 2 changes only on purpose."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -128,9 +129,23 @@ class StatsOut(BaseModel):
     )
 
 
+class StatsSample(BaseModel):
+    at: datetime
+    stats: StatsOut
+
+
+class StatsHistoryOut(BaseModel):
+    now: datetime = Field(description="the server's clock when it answered")
+    interval_s: float = Field(description="seconds between samples")
+    samples: list[StatsSample] = Field(description="oldest first")
+
+
 class HealthOut(BaseModel):
     status: Literal["ok"]
     version: str
+    checks: dict[str, dict[str, Any]] | None = Field(
+        None, description="with ?verbose=1: each dependency, as /readyz reports it"
+    )
 
 
 class WebhookAck(BaseModel):

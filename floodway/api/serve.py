@@ -3,6 +3,7 @@ the caller's event loop (tests, embedding)."""
 
 from __future__ import annotations
 
+import socket
 from contextlib import AbstractAsyncContextManager
 
 import uvicorn
@@ -11,7 +12,7 @@ from starlette.types import ASGIApp
 from floodway.api.app import create_app
 from floodway.api.auth import check_bind
 from floodway.app import Floodway
-from floodway.serving import GRACEFUL_SHUTDOWN_S, serve_app
+from floodway.serving import GRACEFUL_SHUTDOWN_S, bind_socket, serve_app
 
 
 def uvicorn_config(
@@ -37,12 +38,20 @@ def run(
     run_workers: bool = True,
     concurrency: int | None = None,
     log_level: str = "info",
+    sock: socket.socket | None = None,
 ) -> None:
     """Serve until interrupted: ``floodway serve`` (run_workers=True) and ``floodway api``
-    (run_workers=False). Raises ConfigError for an open API on a non-loopback host."""
+    (run_workers=False), on ``sock`` if given (bound to ``host:port`` already), else on a
+    socket bound here. Raises ConfigError for an open API on a non-loopback host, and
+    OSError when the port is taken (before anything is opened)."""
     check_bind(host, fw.settings)
+    listening = sock or bind_socket(host, port)
     app = create_app(fw, run_workers=run_workers, concurrency=concurrency)
-    uvicorn.Server(uvicorn_config(app, host, port, log_level=log_level)).run()
+    config = uvicorn_config(app, host, port, log_level=log_level)
+    try:
+        uvicorn.Server(config).run(sockets=[listening])
+    finally:
+        listening.close()
 
 
 def serving(

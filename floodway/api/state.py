@@ -8,10 +8,13 @@ from typing import cast
 
 from fastapi import Request
 
+from floodway.api.history import History
 from floodway.api.metrics import ApiMetrics
+from floodway.api.schemas import StatsOut
 from floodway.api.stats import Recent
 from floodway.app import Floodway
 from floodway.config import Settings
+from floodway.limits.backend import LimiterBackend
 from floodway.limits.submit_rate import SubmitRateLimiter
 
 
@@ -20,6 +23,11 @@ class ApiState:
     fw: Floodway
     #: set by the lifespan when ``[tenants] submit_rate`` is configured
     submit_rate: SubmitRateLimiter | None = None
+    #: the limiter backend this process's API uses (the submit rate's, and the one health
+    #: probes when ``redis`` is set); set by the lifespan
+    limiter: LimiterBackend | None = None
+    #: recent ``/v1/stats`` answers (set by the lifespan)
+    history: History[StatsOut] | None = None
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     recent: Recent = field(default_factory=Recent)
     #: slow re-check of an event stream, for changes written by other processes

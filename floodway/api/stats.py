@@ -60,7 +60,7 @@ class Recent:
         self.size = size
 
     async def window(self, store: Store, tenant: str | None = None) -> Window:
-        query = TaskQuery(tenant=tenant, newest_first=True, limit=self.size)
+        query = TaskQuery(tenant=tenant, descending=True, limit=self.size)
         return Window(tuple(reversed(await store.list_tasks(query))))
 
 

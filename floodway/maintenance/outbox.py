@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 
 import httpx
 
+from floodway.clock import event_set_within
 from floodway.core.backoff import Backoff
 from floodway.core.owners import owner_name
 from floodway.core.task import Task
@@ -135,8 +136,7 @@ class Outbox:
                     self._next_due = None
                 # Woken at once by a status write in this process (a task may just have
                 # ended); the timeout covers retries and other processes' writes.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), wait)
+                await event_set_within(changed, wait)
                 await asyncio.sleep(self.min_gap_s)
         finally:
             hub.unwatch_all(changed)

@@ -8,16 +8,13 @@
   ``/generate``); polling, cancel and lookup default to the simulator's routes.
 - ``openai``: ``base_url``, ``api_key_env``, ``endpoint``, ``model``.
 
-``options`` (all optional): ``poll_ratio`` (poll gap as a share of the job's age, default 0.13),
-``poll_max_interval`` (duration, default 60s), ``callback_url`` (added to the request body as
-``callback_field``, default ``"callback_url"``; ``{kind}`` is replaced by the kind's name),
-``cancel_method`` (default DELETE), ``result_url`` (``{id}``: a separate result endpoint),
-``usage_field`` (default ``"usage"``), ``idempotent`` (see below).
+``options``: :class:`floodway.config.KindOptions` (docs/configuration.md lists them).
 
-``idempotent`` (may floodway resubmit work whose worker died?) is True for http and simulated
-kinds: they always send ``Idempotency-Key``, so a provider that honours it replays instead of
-billing again. Set ``options.idempotent = false`` for a provider that ignores the header. It is
-False for openai kinds (the OpenAI API does not promise to honour the key).
+``idempotent`` (does the provider honour the ``Idempotency-Key`` every adapter sends, so that
+resubmitting the work of a worker that died mid-call replays it instead of billing it again?)
+defaults to True only for ``simulated`` kinds, whose simulator does: a provider floodway knows
+nothing of is not trusted with a resubmission. Set ``options.idempotent = true`` for one that
+honours the key.
 
 Every adapter holds one pooled HTTP client; close them with :func:`aclose_kinds` when the
 ``Floodway`` closes.
@@ -27,9 +24,10 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
 
-from floodway.config import KindConfig, parse_duration
+from pydantic import ValidationError
+
+from floodway.config import KindConfig, KindOptions, format_validation_error
 from floodway.core.errors import ConfigError
 from floodway.core.upstream import PollSchedule
 from floodway.kinds import KindRegistry, KindSpec, Lookup
@@ -46,45 +44,29 @@ from floodway.providers.openai import DEFAULT_COST, OpenAIAdapter
 
 SIMULATOR_URL = "http://127.0.0.1:9000"
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_OPTIONS = frozenset(
-    {
-        "poll_ratio",
-        "poll_max_interval",
-        "callback_url",
-        "callback_field",
-        "cancel_method",
-        "result_url",
-        "usage_field",
-        "idempotent",
-    }
-)
 
 
 def build_provider_kind(name: str, cfg: KindConfig) -> KindSpec:
     """The :class:`KindSpec` of a config-declared provider kind (raises ConfigError)."""
     where = f"kinds.{name}"
-    unknown = sorted(set(cfg.options) - _OPTIONS)
-    if unknown:
-        raise ConfigError(
-            f"{where}.options: unknown option(s) {', '.join(unknown)}"
-            f" (known: {', '.join(sorted(_OPTIONS))})"
-        )
+    options = kind_options(cfg, where)
     headers = {k: expand_env(v, f"{where}.headers.{k}") for k, v in cfg.headers.items()}
     adapter: Adapter
     jobs: AsyncJobs | None = None
     lookup: Lookup | None = None
     if cfg.adapter == "openai":
         adapter = _openai(name, cfg, headers, where)
-        idempotent = _flag(cfg.options.get("idempotent", False), f"{where}.options.idempotent")
+        idempotent = bool(options.idempotent)
     elif cfg.adapter in ("http", "simulated"):
-        http = _http(name, cfg, headers, where)
+        http = _http(name, cfg, options, headers, where)
         adapter = http
         jobs = http if http.is_async else None
         lookup = http.lookup if http.routes.lookup is not None else None
-        idempotent = _flag(cfg.options.get("idempotent", True), f"{where}.options.idempotent")
+        trusted = cfg.adapter == "simulated"  # a simulator floodway knows honours the key
+        idempotent = trusted if options.idempotent is None else options.idempotent
     else:
         raise ConfigError(f"{where}.adapter: {cfg.adapter!r} is not a provider adapter")
-    schedule = poll_schedule(cfg, where)
+    schedule = poll_schedule(cfg, options)
     return KindSpec(
         name=name,
         handler=AdapterHandler(adapter, jobs, schedule),
@@ -113,20 +95,21 @@ async def aclose_kinds(kinds: KindRegistry) -> None:
             await close_quietly(spec.close)
 
 
-def poll_schedule(cfg: KindConfig, where: str) -> PollSchedule:
+def kind_options(cfg: KindConfig, where: str) -> KindOptions:
+    """``cfg.options`` checked against :class:`KindOptions` (raises ConfigError)."""
+    try:
+        return KindOptions.model_validate(cfg.options)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, f"{where}.options")) from None
+
+
+def poll_schedule(cfg: KindConfig, options: KindOptions) -> PollSchedule:
     """The kind's poll timing: the first poll after ``poll_after``, or after
     ``callback_grace`` when the provider calls back (``webhook_secret`` set)."""
     first = cfg.callback_grace if cfg.webhook_secret else cfg.poll_after
-    ratio = _number(cfg.options.get("poll_ratio", 0.13), f"{where}.options.poll_ratio")
-    if not 0 < ratio <= 10:
-        raise ConfigError(f"{where}.options.poll_ratio: must be in (0, 10], not {ratio}")
-    try:
-        max_gap = parse_duration(cfg.options.get("poll_max_interval", 60.0))
-    except ValueError as exc:
-        raise ConfigError(f"{where}.options.poll_max_interval: {exc}") from None
-    if max_gap <= 0:
-        raise ConfigError(f"{where}.options.poll_max_interval: must be positive")
-    return PollSchedule(first_s=first, ratio=ratio, max_gap_s=max_gap)
+    return PollSchedule(
+        first_s=first, ratio=options.poll_ratio, max_gap_s=options.poll_max_interval
+    )
 
 
 def expand_env(text: str, where: str) -> str:
@@ -142,8 +125,9 @@ def expand_env(text: str, where: str) -> str:
     return _ENV.sub(value, text)
 
 
-def _http(name: str, cfg: KindConfig, headers: dict[str, str], where: str) -> HttpAdapter:
-    options = cfg.options
+def _http(
+    name: str, cfg: KindConfig, options: KindOptions, headers: dict[str, str], where: str
+) -> HttpAdapter:
     if cfg.adapter == "simulated":
         routes = _simulator_routes(cfg)
     else:
@@ -154,16 +138,15 @@ def _http(name: str, cfg: KindConfig, headers: dict[str, str], where: str) -> Ht
             poll=cfg.poll_url,
             cancel=cfg.cancel_url,
             lookup=cfg.lookup_url,
-            result=_text(options.get("result_url"), f"{where}.options.result_url"),
+            result=options.result_url,
         )
-    method = _text(options.get("cancel_method", "DELETE"), f"{where}.options.cancel_method")
     routes = HttpRoutes(
         routes.submit,
         routes.poll,
         routes.cancel,
         routes.lookup,
         routes.result,
-        (method or "DELETE").upper(),
+        options.cancel_method.upper(),
     )
     fields = JobFields(
         status=cfg.status_field,
@@ -171,13 +154,11 @@ def _http(name: str, cfg: KindConfig, headers: dict[str, str], where: str) -> Ht
         failed=frozenset(cfg.failed_values),
         result=cfg.result_field,
         id=cfg.id_field,
-        usage=_text(options.get("usage_field", "usage"), f"{where}.options.usage_field") or "usage",
+        usage=options.usage_field,
     )
     callback = None
-    callback_url = _text(options.get("callback_url"), f"{where}.options.callback_url")
-    if callback_url:
-        field = _text(options.get("callback_field", "callback_url"), f"{where}.options")
-        callback = (field or "callback_url", callback_url.replace("{kind}", name))
+    if options.callback_url:
+        callback = (options.callback_field, options.callback_url.replace("{kind}", name))
     default_cost = generic_tokens if cfg.adapter == "simulated" else None
     return HttpAdapter(
         name=name,
@@ -220,21 +201,3 @@ def _openai(name: str, cfg: KindConfig, headers: dict[str, str], where: str) -> 
         timeout_s=cfg.timeout,
         cost=cost_rule(cfg.cost, DEFAULT_COST[cfg.endpoint], f"{where}.cost"),
     )
-
-
-def _text(value: Any, where: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise ConfigError(f"{where}: must be a string, not {value!r}")
-
-
-def _flag(value: Any, where: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise ConfigError(f"{where}: must be true or false, not {value!r}")
-
-
-def _number(value: Any, where: str) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    raise ConfigError(f"{where}: must be a number, not {value!r}")

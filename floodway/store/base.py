@@ -55,12 +55,11 @@ class TaskQuery:
     kind: str | None = None
     lane: Lane | None = None
     batch_id: str | None = None
-    #: keyset pagination: oldest first after ``after_seq``, or newest first before
-    #: ``before_seq`` (None: from the newest)
+    #: keyset pagination: the ``seq`` of the previous page's last task (in the listing's order)
     after_seq: int | None = None
-    newest_first: bool = False
-    before_seq: int | None = None
     limit: int = 100
+    #: newest first (``seq`` falling) instead of oldest first
+    descending: bool = False
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from floodway.store.rows import (
     candidate_from_row,
     claim_args,
     list_params,
+    list_query,
     park_params,
     task_from_row,
 )
@@ -118,8 +119,7 @@ class Ledger(ABC):
         return task_from_row(row)
 
     async def list_tasks(self, query: TaskQuery) -> list[Task]:
-        name = "list_tasks_newest" if query.newest_first else "list_tasks"
-        return await self._tasks(name, **list_params(query))
+        return await self._tasks(list_query(query), **list_params(query))
 
     async def events(self, task_id: str, after_seq: int = 0) -> list[TaskEvent]:
         rows = await self._all("list_events", task_id=task_id, after_seq=after_seq)

@@ -145,7 +145,7 @@ def park_params(
 
 
 def list_params(query: TaskQuery) -> dict[str, Any]:
-    """Parameters of ``list_tasks`` and ``list_tasks_newest``: every filter is optional (NULL
+    """Parameters of ``list_tasks`` and ``list_tasks_desc``: every filter is optional (NULL
     matches all)."""
     return {
         "tenant": query.tenant,
@@ -154,6 +154,11 @@ def list_params(query: TaskQuery) -> dict[str, Any]:
         "lane": query.lane.value if query.lane else None,
         "batch_id": query.batch_id,
         "after_seq": query.after_seq or 0,
-        "before_seq": query.before_seq if query.before_seq is not None else 2**62,
+        "before_seq": query.after_seq or 2**62,  # descending: every seq is below 2**62
         "limit": query.limit,
     }
+
+
+def list_query(query: TaskQuery) -> str:
+    """The name of the listing query for ``query``'s order."""
+    return "list_tasks_desc" if query.descending else "list_tasks"

@@ -2,90 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import signal
-import socket
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from floodway.providers.sim import SimulatorConfig, running_simulator
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-async def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "floodway.cli",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-        cwd=ROOT,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+from tests.acceptance.clirun import cli, free_port, served
 
 
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
-    async with running_simulator(SimulatorConfig(latency_ms=10, seed=1)) as sim:
-        config = tmp_path / "floodway.toml"
-        config.write_text(f"""
-database = "sqlite:///{tmp_path}/fw.db"
-[api]
-keys = {{ "secret-key" = "acme" }}
-[kinds.img]
-adapter = "http"
-url = "{sim.url}/generate"
-max_attempts = 2
-""")
-        port = free_port()
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "floodway.cli",
-            "serve",
-            "--config",
-            str(config),
-            "--port",
-            str(port),
-            cwd=ROOT,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            async with httpx.AsyncClient() as client:
-                for _ in range(200):
-                    try:
-                        if (await client.get(f"{url}/healthz")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await asyncio.sleep(0.05)
-                else:
-                    pytest.fail("floodway serve did not come up")
-            yield url, tmp_path
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            # uvicorn shuts down gracefully, then re-raises the signal it caught
-            assert await asyncio.wait_for(proc.wait(), 30) in (0, -signal.SIGTERM)
+    async with served(tmp_path) as serving:
+        yield serving.url, serving.tmp
 
 
 async def test_submit_get_list_stats_batch_dlq(server: tuple[str, Path]) -> None:

@@ -31,7 +31,8 @@ try:
 except ImportError:  # pragma: no cover - playwright is in the [test] extra
     async_playwright = None
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+#: pictures for people, shown by the README: every run of the browser tests renews them
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 CHROMIUM_ARGS = [
     "--headless=new",
     "--no-sandbox",
@@ -151,7 +152,9 @@ async def start_dash(tmp_path: Path) -> AsyncIterator[StartDash]:
             fw.kind("flip", max_attempts=1)(flip.handler)
             fw.kind("slow", resource="slow-api")(slow.handler)
             fw.kind("busy")(busy)
-            app = create_app(fw, run_workers=True, concurrency=8, sse_recheck_s=0.2)
+            app = create_app(
+                fw, run_workers=True, concurrency=8, sse_recheck_s=0.2, stats_sample_s=0.25
+            )
             url = await stack.enter_async_context(serving(app))
             headers = {"Authorization": f"Bearer {next(iter(keys))}"} if keys else {}
             http = await stack.enter_async_context(

@@ -6,10 +6,11 @@ import asyncio
 import re
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.browser.conftest import (
-    ARTIFACTS,
+    SCREENSHOTS,
     TERMINAL,
     Dash,
     StartDash,
@@ -288,7 +289,8 @@ async def test_api_serves_the_assets(dash: Dash) -> None:
 
 
 async def test_screenshot(dash: Dash, open_page: OpenPage) -> None:
-    """A picture of the dashboard with history in its charts, for people to look at."""
+    """A picture of the dashboard with history in its charts, for people to look at (kept in
+    docs/screenshots/, which the README shows)."""
     watched = await open_page(f"{dash.url}/?poll=400")
     page = watched.page
     # Some traffic while the page watches, so the charts have a shape.
@@ -300,8 +302,8 @@ async def test_screenshot(dash: Dash, open_page: OpenPage) -> None:
     await page.fill("#task-id", dash.ids["dead"][0])
     await page.press("#task-id", "Enter")
     await page.wait_for_selector('#events-state:has-text("ended (dead)")')
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / "dashboard.png"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / "dashboard.png"
     await page.screenshot(path=str(path), full_page=True)
     assert path.stat().st_size > 10_000
     assert watched.errors == []
@@ -331,4 +333,53 @@ async def test_upstream_429_and_5xx_rates_from_an_upstream_section(
     assert "(10.0 % of calls)" in await page.inner_text('[data-metric="server_errors_per_min"]')
     assert await page.is_hidden("#errors-note")
     await page.unroute_all(behavior="ignoreErrors")
+    assert watched.errors == []
+
+
+async def test_api_docs_render_with_the_network_off(dash: Dash, open_page: OpenPage) -> None:
+    """/docs on an air-gapped host: every request that leaves the server is aborted, and
+    Swagger UI still renders the whole API from assets the server itself serves."""
+    refused: list[str] = []
+
+    async def loopback_only(route: Any) -> None:
+        host = httpx.URL(route.request.url).host
+        if host in ("127.0.0.1", "localhost", "::1"):
+            await route.continue_()
+        else:
+            refused.append(route.request.url)
+            await route.abort("internetdisconnected")
+
+    watched = await open_page(
+        f"{dash.url}/docs", wait_for=".swagger-ui .opblock", routes={"**/*": loopback_only}
+    )
+    page = watched.page
+    await page.wait_for_selector('.opblock-summary-path[data-path="/v1/tasks"]')
+    assert "floodway" in await page.inner_text(".swagger-ui .title")
+    operations = await page.locator(".opblock").count()
+    assert operations >= 10
+    assert refused == [] and watched.errors == []
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / "api-docs.png"
+    await page.screenshot(path=str(path), full_page=False)
+    assert path.stat().st_size > 10_000
+
+
+async def test_charts_open_with_the_servers_recent_history(dash: Dash, open_page: OpenPage) -> None:
+    """Traffic before the page opens is on its charts at once: the page reads the server's
+    recent samples of /v1/stats before its first poll (and polls once a minute here)."""
+    for burst in range(3):
+        ids = [await dash.submit("sim", {"before": burst, "n": n}) for n in range(5)]
+        await dash.settle(ids, TERMINAL)
+    history = dash.app.state.api.history
+
+    async def sampled() -> bool:
+        return len(history.samples()) >= 8
+
+    await eventually(sampled)
+    watched = await open_page(f"{dash.url}/?poll=60000")
+    page = watched.page
+    await page.wait_for_selector("#chart-throughput path.chart-line")
+    drawn = await page.evaluate("window.floodwayDashboard.history.samples.length")
+    assert drawn >= 8  # the server's samples, and the page's own first poll
+    assert watched.count("/v1/stats/history") == 1 and watched.count("/v1/stats") == 1
     assert watched.errors == []

@@ -805,6 +805,23 @@ async def test_list_tasks_filters_and_pages_by_seq(store: Store) -> None:
     assert seqs == sorted(seqs) and len(set(seqs)) == 6
 
 
+async def test_list_tasks_pages_newest_first_with_the_same_filters(store: Store) -> None:
+    await store.submit(
+        [task(tenant="a", n=i) for i in range(5)] + [task(tenant="b")] + [task(tenant="a", n=9)],
+        NOW,
+    )
+    oldest_first = [t.seq for t in await store.list_tasks(TaskQuery(tenant="a"))]
+    pages: list[list[int]] = []
+    after: int | None = None
+    while page := await store.list_tasks(
+        TaskQuery(tenant="a", after_seq=after, limit=4, descending=True)
+    ):
+        pages.append([t.seq for t in page])
+        after = page[-1].seq
+    assert [len(p) for p in pages] == [4, 2]
+    assert [seq for p in pages for seq in p] == oldest_first[::-1]
+
+
 async def test_events_come_in_order_and_page_by_seq(store: Store) -> None:
     t = await run_one(store)
     await finish(store, t, S.RETRYING, NOW + 1, next_attempt_at=NOW + 1, error=fail("x"))

@@ -28,7 +28,7 @@ async def test_sigkill_with_jobs_in_flight_resumes_them_and_bills_once(
     tmp_path: Path, moment: str
 ) -> None:
     db_url = f"sqlite:///{tmp_path}/fw.db"
-    config = SimulatorConfig(async_jobs=True, job_duration_ms=2500, latency_jitter=0.2, seed=9)
+    config = SimulatorConfig(async_jobs=True, job_duration_ms=5000, latency_jitter=0.2, seed=9)
     async with running_simulator(config) as sim:
         fw = build(db_url, sim.url)
         try:

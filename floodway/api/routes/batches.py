@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Header
 from fastapi.responses import JSONResponse
 
 from floodway.api.auth import Tenant
+from floodway.api.media import JSON_BODY
 from floodway.api.openapi import problems
 from floodway.api.problems import ApiProblem
 from floodway.api.schemas import BatchIn, BatchOut, BatchStatus
@@ -30,9 +31,10 @@ State = Annotated[ApiState, Depends(api_state)]
     status_code=202,
     response_model=BatchOut,
     summary="Submit many tasks at once",
+    dependencies=[JSON_BODY],
     responses={
         200: {"model": BatchOut, "description": "Idempotency-Key replay: the same batch"},
-        **problems(401, 409, 422, 429),
+        **problems(401, 409, 415, 422, 429),
     },
 )
 async def submit_batch(

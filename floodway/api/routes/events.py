@@ -8,7 +8,6 @@ resumes after the last event a client saw.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -21,6 +20,7 @@ from floodway.api.openapi import problems
 from floodway.api.routes.tasks import checked_id
 from floodway.api.state import ApiState, api_state
 from floodway.app import Floodway
+from floodway.clock import event_set_within
 from floodway.core.states import TERMINAL
 from floodway.store.base import TaskEvent
 from floodway.wire import timestamp
@@ -64,9 +64,7 @@ async def status_stream(
                     for event in await fw.store.events(task_id, after_seq):  # it just ended
                         yield format_event(event)
                     return
-            try:
-                await asyncio.wait_for(changed.wait(), recheck_s)
-            except TimeoutError:
+            if not await event_set_within(changed, recheck_s):
                 if await fw.store.get(task_id) is None:
                     return  # purged meanwhile: nothing more will ever come
                 yield ": keep-alive\n\n"  # also keeps idle proxies from cutting the stream

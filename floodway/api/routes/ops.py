@@ -1,22 +1,31 @@
-"""Operations: ``/v1/stats``, ``/metrics``, ``/healthz`` and the dashboard at ``/``."""
+"""Operations: ``/v1/stats``, ``/metrics``, ``/healthz``, ``/readyz`` and the dashboard at ``/``."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import FileResponse, HTMLResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from floodway.api.auth import Operator, Who
+from floodway.api.health import ReadyOut, check_dependencies
 from floodway.api.metrics import resource_snapshot
 from floodway.api.openapi import problems
 from floodway.api.problems import ApiProblem
-from floodway.api.schemas import HealthOut, StatsOut, TimingOut
+from floodway.api.schemas import (
+    HealthOut,
+    StatsHistoryOut,
+    StatsOut,
+    StatsSample,
+    TimingOut,
+)
 from floodway.api.state import ApiState, api_state
 from floodway.api.stats import Timing
 from floodway.version import __version__
+from floodway.wire import timestamp
 
 router = APIRouter(tags=["operations"])
 State = Annotated[ApiState, Depends(api_state)]
@@ -43,8 +52,13 @@ async def stats(who: Who, state: State) -> StatsOut:
     """Counts per status and timings over the newest tasks: the caller's tenant's, or, for an
     operator key (or an open API), every tenant's with the limiter's and the providers' state
     (which says how busy everyone is)."""
+    return await stats_snapshot(state, None if who.operator else who.tenant)
+
+
+async def stats_snapshot(state: ApiState, tenant: str | None = None) -> StatsOut:
+    """What ``GET /v1/stats`` answers one tenant, or (None) an operator; the operator's view
+    is also sampled into the history."""
     fw = state.fw
-    tenant = None if who.operator else who.tenant
     counts = await fw.store.stats(tenant)
     window = await state.recent.window(fw.store, tenant)
     return StatsOut(
@@ -56,8 +70,30 @@ async def stats(who: Who, state: State) -> StatsOut:
         retries=window.retries(),
         retrying=counts.by_status.get("retrying", 0),
         dead_letters=counts.by_status.get("dead", 0),
-        resources=await resource_snapshot(fw.runtime) if who.operator else {},
-        upstream=fw.runtime.upstream.as_dict() if who.operator else {},
+        resources=await resource_snapshot(fw.runtime) if tenant is None else {},
+        upstream=fw.runtime.upstream.as_dict() if tenant is None else {},
+    )
+
+
+@router.get(
+    "/v1/stats/history",
+    response_model=StatsHistoryOut,
+    summary="Recent /v1/stats answers",
+    responses=problems(401),
+)
+async def stats_history(who: Who, state: State) -> StatsHistoryOut:
+    """What ``/v1/stats`` answered an operator over the last minutes, sampled by this API
+    process (the dashboard draws its charts from them when it opens). Empty on a fresh
+    process, and for a tenant's key: a tenant's view is not sampled, and the operator's tells
+    about every tenant."""
+    history = state.history
+    samples = history.samples() if history is not None and who.operator else []
+    return StatsHistoryOut(
+        now=timestamp(state.fw.clock.now()) or datetime.now(UTC),
+        interval_s=history.interval_s if history is not None else 0.0,
+        samples=[
+            StatsSample(at=timestamp(s.at) or datetime.now(UTC), stats=s.value) for s in samples
+        ],
     )
 
 
@@ -87,13 +123,61 @@ async def render_metrics(state: ApiState) -> Response:
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/healthz", response_model=HealthOut, summary="Liveness", responses=problems())
-async def healthz(state: State) -> HealthOut:
-    try:
-        state.fw.runtime  # noqa: B018 - raises while the ledger is not open
-    except RuntimeError:
-        raise ApiProblem(503, "unavailable", "the ledger is not open") from None
-    return HealthOut(status="ok", version=__version__)
+VerboseOpt = Annotated[
+    str | None,
+    Query(description="present (and not `0` or `false`): also report each dependency"),
+]
+
+
+@router.get(
+    "/healthz",
+    response_model=HealthOut,
+    response_model_exclude_none=True,
+    summary="Liveness",
+    responses=problems(),
+)
+async def healthz(state: State, verbose: VerboseOpt = None) -> HealthOut:
+    """200 while the process serves: cheap, for a liveness probe (it looks at nothing else).
+    With ``?verbose=1`` it also reports each dependency, as ``/readyz`` does, still with 200."""
+    checks = None
+    if verbose is not None and verbose.lower() not in ("0", "false"):
+        checks = {name: c.model_dump() for name, c in (await check_dependencies(state)).items()}
+    return HealthOut(status="ok", version=__version__, checks=checks)
+
+
+@router.head("/healthz", include_in_schema=False)
+async def healthz_head() -> Response:
+    return Response(status_code=200)
+
+
+@router.get(
+    "/readyz",
+    response_model=ReadyOut,
+    summary="Readiness: every dependency answers",
+    responses=problems(),
+)
+async def readyz(state: State) -> ReadyOut:
+    """Each dependency (the ledger; the limiter's Redis when ``redis`` is set) looked at once,
+    with its latency. 503 when one is down: a load balancer should send this process no
+    traffic until it answers again (floodway keeps retrying on its own)."""
+    checks = await check_dependencies(state)
+    down = [name for name, check in checks.items() if check.status != "ok"]
+    if down:
+        raise ApiProblem(
+            503,
+            "dependency-unavailable",
+            "; ".join(f"{name} ({checks[name].target}): {checks[name].detail}" for name in down),
+            headers={"Retry-After": "1"},
+            checks={name: check.model_dump() for name, check in checks.items()},
+        )
+    return ReadyOut(status="ok", version=__version__, checks=checks)
+
+
+@router.head("/readyz", include_in_schema=False)
+async def readyz_head(state: State) -> Response:
+    checks = await check_dependencies(state)
+    ready = all(check.status == "ok" for check in checks.values())
+    return Response(status_code=200 if ready else 503)
 
 
 @router.get(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import JSONResponse
 
 from floodway.api.auth import Tenant
+from floodway.api.media import JSON_BODY
 from floodway.api.openapi import problems
 from floodway.api.schemas import SubmitIn, SubmitOut, TaskPage
 from floodway.api.state import ApiState, api_state
@@ -63,9 +64,10 @@ def decode_cursor(cursor: str) -> int:
     status_code=202,
     response_model=SubmitOut,
     summary="Submit a task",
+    dependencies=[JSON_BODY],
     responses={
         200: {"model": SubmitOut, "description": "Idempotency-Key replay: the same task"},
-        **problems(401, 409, 422, 429),
+        **problems(401, 409, 415, 422, 429),
     },
 )
 async def submit(
@@ -89,15 +91,34 @@ async def list_tasks(
     status: Status | None = None,
     kind: Annotated[str | None, Query(max_length=200)] = None,
     lane: Lane | None = None,
+    batch: Annotated[
+        str | None, Query(max_length=64, description="only the tasks of this batch")
+    ] = None,
+    order: Annotated[
+        Literal["asc", "desc"],
+        Query(description="`asc`: oldest first; `desc`: newest first"),
+    ] = "asc",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: Annotated[
-        str | None, Query(pattern=_CURSOR_PATTERN, description="a page's `next` cursor")
+        str | None,
+        Query(
+            pattern=_CURSOR_PATTERN,
+            description="a page's `next` cursor (pass the same `order` with it)",
+        ),
     ] = None,
 ) -> TaskPage:
-    """The caller's tasks, oldest first, one page at a time (keyset pagination)."""
+    """The caller's tasks, oldest or newest first, one page at a time (keyset pagination:
+    a page never repeats or skips a task that others insert meanwhile)."""
     after_seq = decode_cursor(after) if after else None
     query = TaskQuery(
-        tenant=tenant, status=status, kind=kind, lane=lane, after_seq=after_seq, limit=limit + 1
+        tenant=tenant,
+        status=status,
+        kind=kind,
+        lane=lane,
+        batch_id=batch,
+        after_seq=after_seq,
+        limit=limit + 1,
+        descending=order == "desc",
     )
     found = await state.fw.list_tasks(query)
     page = found[:limit]

@@ -664,6 +664,25 @@ async function pollOnce() {
   }
 }
 
+/**
+ * The server's recent samples of /v1/stats, so the charts open with the last minutes drawn.
+ * Their times are moved onto this browser's clock (the server says what its clock read).
+ * A server without the history, or one that refuses, leaves the charts to fill as they poll.
+ */
+async function loadHistory() {
+  let answer;
+  try {
+    answer = await getJson("v1/stats/history");
+  } catch {
+    return;
+  }
+  const skew = Date.now() - Date.parse(answer.now);
+  for (const sample of answer.samples || []) {
+    const t = Date.parse(sample.at) + (Number.isFinite(skew) ? skew : 0);
+    if (Number.isFinite(t)) history.add(sample.stats, t);
+  }
+}
+
 const poller = new Poller(pollOnce, {
   intervalMs: pollInterval(),
   onState: (state) => {
@@ -716,8 +735,8 @@ function wire() {
     $("task-id").value = linked[1];
     showTask(linked[1]);
   }
-  poller.start();
   window.floodwayDashboard = { poller, history }; // for tests and the curious
+  loadHistory().finally(() => poller.start());
 }
 
 wire();

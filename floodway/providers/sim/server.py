@@ -3,6 +3,7 @@ blocking process (``floodway simulate``)."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from fastapi import FastAPI
 from floodway.providers.sim.app import create_simulator_app, simulator_state
 from floodway.providers.sim.config import SimulatorConfig
 from floodway.providers.sim.state import SimulatorState
-from floodway.serving import serve_app
+from floodway.serving import bind_socket, serve_app
 
 # A safety net only: running_simulator releases hung requests before stopping the server.
 GRACEFUL_SHUTDOWN_S = 3
@@ -44,11 +45,17 @@ async def running_simulator(
 
 
 def run_simulator_blocking(
-    config: SimulatorConfig, host: str = "127.0.0.1", port: int = 9000
+    config: SimulatorConfig,
+    host: str = "127.0.0.1",
+    port: int = 9000,
+    *,
+    sock: socket.socket | None = None,
 ) -> None:
-    """Serve the simulator until interrupted (the ``floodway simulate`` command)."""
+    """Serve the simulator until interrupted (the ``floodway simulate`` command), on ``sock``
+    if given (bound already), else on ``host:port`` (a taken port raises OSError)."""
+    sock = sock or bind_socket(host, port)
     app = create_simulator_app(config)
-    uvicorn.Server(
+    server = uvicorn.Server(
         uvicorn.Config(
             app,
             host=host,
@@ -58,4 +65,8 @@ def run_simulator_blocking(
             lifespan="on",
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         )
-    ).run()
+    )
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()

@@ -13,7 +13,6 @@ as providers do not bill failed predictions.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import random
 from collections.abc import Coroutine
@@ -22,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from floodway.clock import event_set_within
 from floodway.providers.sim.config import SimulatorConfig
 from floodway.providers.sim.model import Job, Outcome, Submission
 from floodway.providers.sim.webhooks import deliver
@@ -219,8 +219,7 @@ class SimulatorState:
 
     async def hang(self) -> None:
         """Stall like a stuck upstream; cut short when the simulator shuts down."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._closing.wait(), self.config.hang_s)
+        await event_set_within(self._closing, self.config.hang_s)
 
     def finish(self, job: Job, outcome: Outcome) -> None:
         """End a running job: free its slot, write its result, bill or refund it."""

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 
+from floodway.clock import event_set_within
 from floodway.store.postgres.sql import Conn, Q
 
 log = logging.getLogger(__name__)
@@ -57,12 +58,8 @@ class ChangeFeed:
 
     async def wait(self, timeout: float) -> bool:
         """True once a notice arrived since the last call returned (at once if one did)."""
-        if self._generation == self._seen:
-            changed = self._changed
-            try:
-                await asyncio.wait_for(changed.wait(), max(0.0, timeout))
-            except TimeoutError:
-                return False
+        if self._generation == self._seen and not await event_set_within(self._changed, timeout):
+            return False
         self._seen = self._generation
         return True
 

@@ -532,17 +532,17 @@ WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
   AND (%(lane)s::text IS NULL OR lane = %(lane)s::text)
   AND (%(batch_id)s::text IS NULL OR batch_id = %(batch_id)s::text)
-  AND seq > %(after_seq)s AND seq < %(before_seq)s
+  AND seq > %(after_seq)s
 ORDER BY seq LIMIT %(limit)s;
 
--- name: list_tasks_newest
+-- name: list_tasks_desc
 SELECT * FROM tasks
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
   AND (%(lane)s::text IS NULL OR lane = %(lane)s::text)
   AND (%(batch_id)s::text IS NULL OR batch_id = %(batch_id)s::text)
-  AND seq > %(after_seq)s AND seq < %(before_seq)s
+  AND seq < %(before_seq)s
 ORDER BY seq DESC LIMIT %(limit)s;
 
 -- name: batch_counts

@@ -362,14 +362,14 @@ GROUP BY kind, status;
 SELECT * FROM tasks
 WHERE (:tenant IS NULL OR tenant = :tenant) AND (:status IS NULL OR status = :status)
   AND (:kind IS NULL OR kind = :kind) AND (:lane IS NULL OR lane = :lane)
-  AND (:batch_id IS NULL OR batch_id = :batch_id) AND seq > :after_seq AND seq < :before_seq
+  AND (:batch_id IS NULL OR batch_id = :batch_id) AND seq > :after_seq
 ORDER BY seq LIMIT :limit;
 
--- name: list_tasks_newest
+-- name: list_tasks_desc
 SELECT * FROM tasks
 WHERE (:tenant IS NULL OR tenant = :tenant) AND (:status IS NULL OR status = :status)
   AND (:kind IS NULL OR kind = :kind) AND (:lane IS NULL OR lane = :lane)
-  AND (:batch_id IS NULL OR batch_id = :batch_id) AND seq > :after_seq AND seq < :before_seq
+  AND (:batch_id IS NULL OR batch_id = :batch_id) AND seq < :before_seq
 ORDER BY seq DESC LIMIT :limit;
 
 -- name: batch_counts
