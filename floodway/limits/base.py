@@ -35,6 +35,9 @@ class Settlement:
     retry_after: float | None = None
     headers: Mapping[str, str] = field(default_factory=dict)  # x-ratelimit-* and friends
     keep_slot: bool = False  # an upstream job still runs: keep the concurrency slot
+    #: the provider's error type and message, when it refused: "too many concurrent requests"
+    #: tells a concurrency limit from a rate limit
+    reason: str = ""
 
 
 class Admission(Protocol):

@@ -272,11 +272,13 @@ class Worker:
             outcome = Failed(ErrorInfo(ErrorClass.RETRYABLE, "internal", "executor failed"))
         engine.upstream.record(outcome)
         item = engine.policy.decide(run.task, outcome, engine.clock.now())
+        error = getattr(outcome, "error", None)
         settlement = Settlement(
             actual_cost=run.ctx.usage,
             throttled=bool(getattr(outcome, "throttled", False)),
             retry_after=getattr(outcome, "retry_after", None),
             headers=run.ctx.response_headers,
+            reason=f"{error.type}: {error.message}" if error is not None else "",
         )
         await asyncio.shield(self._finish(run, item, settlement))
 

@@ -8,6 +8,7 @@ is a few hundred milliseconds, and polls (bounded) rather than sleeping a fixed 
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -20,11 +21,14 @@ from floodway.core.task import Lane
 from floodway.limits.admission import LimitsAdmission
 from floodway.limits.backend import (
     RECOVERING,
+    SENT,
+    THROTTLED,
     AcquireRequest,
     Bucket,
     Debit,
     LimiterBackend,
     LimiterUnavailable,
+    Meter,
     SlotClaim,
 )
 from floodway.limits.base import Settlement
@@ -247,32 +251,54 @@ async def test_a_paused_gate_refuses_until_it_opens(harness: Harness) -> None:
     assert await be.paused_for("g") == 0.0
 
 
-async def test_rate_factor_decreases_once_per_round_trip_and_recovers(harness: Harness) -> None:
+async def test_an_estimate_is_cut_once_per_round_trip_and_grows_back(harness: Harness) -> None:
     be = harness.backend
-    assert await be.rate_factor("r") == 1.0
+    assert await be.estimates("e") == {}
     granted = await be.acquire(take(bucket()))
-    assert await be.increase_rate("r", step=0.1, cap=1.0, interval_s=0) == 1.0
     await harness.advance(0.01)
-    first = await be.decrease_rate("r", multiplier=0.5, floor=0.05, granted_at=granted.at)
-    assert first == pytest.approx(0.5)
-    # Another 429 of the same round (granted before the decrease): no second halving.
-    again = await be.decrease_rate("r", multiplier=0.5, floor=0.05, granted_at=granted.at)
-    assert again == pytest.approx(0.5)
+    assert await be.cut("e", "requests", 8.0, floor=1.0, granted_at=granted.at) == 8.0
+    # Another refusal of the same round (granted before the cut): no second cut.
+    assert await be.cut("e", "requests", 4.0, floor=1.0, granted_at=granted.at) == 8.0
     await harness.advance(0.01)
     later = await be.acquire(take(bucket()))
     await harness.advance(0.01)
-    assert await be.decrease_rate(
-        "r", multiplier=0.5, floor=0.3, granted_at=later.at
-    ) == pytest.approx(0.3)  # floored
-    # Recovery waits for the interval since the last change, then steps.
-    assert await be.increase_rate("r", step=0.1, cap=1.0, interval_s=30) == pytest.approx(0.3)
+    assert await be.cut("e", "requests", 0.5, floor=2.0, granted_at=later.at) == 2.0  # floored
+    fields = await be.estimates("e")
+    assert fields["requests"] == 2.0 and fields["requests:b"] == 2.0 and fields["requests:n"] == 2
+    # Growth waits for the interval since the last change, then steps; the cap removes it.
+    grow = {"start": 0.0, "step": 1.5, "cap": 4.0}
+    assert await be.grow("e", "requests", **grow, interval_s=30) == 2.0
 
     async def stepped() -> bool:
-        factor = await be.increase_rate("r", step=0.1, cap=1.0, interval_s=0.1)
-        return factor == pytest.approx(0.4)
+        return await be.grow("e", "requests", **grow, interval_s=0.1) == 3.5
 
     await eventually(stepped, harness, 0.05)
-    assert await be.rate_factor("r") == pytest.approx(0.4)
+    assert await be.grow("e", "requests", **grow, interval_s=0) == 4.0
+    assert "requests" not in await be.estimates("e")  # at the cap: the cap is in force again
+    # An absent estimate grows from its start value (slow start), unbounded.
+    up = {"start": 4.0, "step": 1.0, "cap": math.inf, "interval_s": 0}
+    assert await be.grow("e", "concurrency", **up) == 5.0
+    assert await be.grow("e", "concurrency", **up) == 6.0
+
+
+async def test_the_meter_counts_grants_and_refusals_and_forgets(harness: Harness) -> None:
+    be = harness.backend
+    meter = Meter("m", tau_s=0.5)
+    first = await be.acquire(AcquireRequest(slots=(slot("s", "a", 5),), meter=meter))
+    second = await be.acquire(AcquireRequest(slots=(slot("s", "b", 5),), meter=meter))
+    assert first.in_use == (1,) and second.in_use == (2,)
+    await be.tick(meter, THROTTLED)
+    await be.note("m", {"published:requests": 10.0})
+    fields = await be.estimates("m", meter)
+    assert fields[SENT] == pytest.approx(2.0, abs=0.1)
+    assert fields[THROTTLED] == pytest.approx(1.0, abs=0.05)
+    assert fields["published:requests"] == 10.0
+    await harness.advance(0.5)
+    decayed = await be.estimates("m", meter)
+    assert decayed[SENT] == pytest.approx(2.0 * math.exp(-1), rel=0.25)  # e^-1 per tau
+    refused = await be.acquire(AcquireRequest(slots=(slot("s", "a", 5),), meter=meter))
+    assert not refused.granted and refused.in_use == ()
+    assert (await be.estimates("m", meter))[SENT] == pytest.approx(decayed[SENT], rel=0.1)
 
 
 async def test_backend_time_moves_forward(harness: Harness) -> None:
