@@ -804,8 +804,9 @@ class LimitsAdmission:
                 source=limit.source,
                 configured=None if configured is None else configured * scale,
                 published=None if figure is None else figure * scale,
-                learned=limit.value * scale if slow_start and learned is None else
-                (None if learned is None else learned * scale),
+                learned=limit.value * scale
+                if slow_start and learned is None
+                else (None if learned is None else learned * scale),
                 slow_start=slow_start,
             )
         return out

@@ -111,10 +111,8 @@ def _openai(lower: Mapping[str, str], now: float) -> list[Quota]:
         remaining = _number(lower.get(f"x-ratelimit-remaining-{dim}"))
         if limit is None and remaining is None:
             continue
-        reset = lower.get(f"x-ratelimit-reset-{dim}")
-        found.append(
-            Quota(dim, limit, MINUTE_S, remaining, None if reset is None else parse_reset(reset, now))
-        )
+        reset = _reset(lower.get(f"x-ratelimit-reset-{dim}"), now)
+        found.append(Quota(dim, limit, MINUTE_S, remaining, reset))
     return found
 
 
@@ -126,10 +124,8 @@ def _anthropic(lower: Mapping[str, str], now: float) -> list[Quota]:
         remaining = _number(lower.get(f"{prefix}-remaining"))
         if limit is None and remaining is None:
             continue
-        reset = lower.get(f"{prefix}-reset")
-        found.append(
-            Quota(dim, limit, MINUTE_S, remaining, None if reset is None else parse_reset(reset, now))
-        )
+        reset = _reset(lower.get(f"{prefix}-reset"), now)
+        found.append(Quota(dim, limit, MINUTE_S, remaining, reset))
     return found
 
 
@@ -159,7 +155,10 @@ def _ietf(lower: Mapping[str, str]) -> list[Quota]:
     return found or _ietf_triple(lower, policies)
 
 
-def _ietf_triple(lower: Mapping[str, str], policies: list[tuple[object, dict[str, object]]]) -> list[Quota]:
+Members = list[tuple[object, dict[str, object]]]
+
+
+def _ietf_triple(lower: Mapping[str, str], policies: Members) -> list[Quota]:
     limit = _number(lower.get("ratelimit-limit"))
     remaining = _number(lower.get("ratelimit-remaining"))
     if limit is None and remaining is None:
@@ -168,7 +167,7 @@ def _ietf_triple(lower: Mapping[str, str], policies: list[tuple[object, dict[str
     return [Quota(REQUESTS, limit, window, remaining, _number(lower.get("ratelimit-reset")))]
 
 
-def _structured(value: str | None) -> list[tuple[object, dict[str, object]]]:
+def _structured(value: str | None) -> Members:
     """A structured-field list as (value, parameters) members; empty if absent or malformed
     (a provider's broken header must not break the call that carried it)."""
     if not value:
@@ -177,7 +176,7 @@ def _structured(value: str | None) -> list[tuple[object, dict[str, object]]]:
         parsed = http_sf.parse(value.encode(), tltype="list")
     except (http_sf.StructuredFieldError, ValueError, UnicodeError):
         return []
-    members: list[tuple[object, dict[str, object]]] = []
+    members: Members = []
     for member in parsed if isinstance(parsed, list) else []:
         if isinstance(member, tuple) and isinstance(member[1], dict):
             item, params = member
@@ -191,6 +190,10 @@ def _param(params: Mapping[str, object], name: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if value >= 0 else None
+
+
+def _reset(value: str | None, now: float) -> float | None:
+    return None if value is None else parse_reset(value, now)
 
 
 def _instant(text: str, now: float) -> float | None:

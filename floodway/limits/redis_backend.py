@@ -194,7 +194,8 @@ class RedisLimiterBackend:
         self, key: str, field: str, *, start: float, step: float, cap: float, interval_s: float
     ) -> float:
         # Lua reads no infinity: an unbounded estimate is capped by a number it never reaches.
-        args: list[str | float | int] = [field, start, step, min(cap, _UNBOUNDED), interval_s * 1000]
+        capped = min(cap, _UNBOUNDED)
+        args: list[str | float | int] = [field, start, step, capped, interval_s * 1000]
         grown = float(await self._script(self._grow, [self.key(key)], args))
         return cap if grown >= _UNBOUNDED else grown
 

@@ -354,7 +354,8 @@ async def test_a_noise_429_neither_pauses_nor_lowers_a_configured_limit() -> Non
     assert await r.admit(cand("x")) == ["x"]  # the freed slot, at once
     snap = (await r.adm.snapshot())["llm"]
     assert snap.throttles_noise == 1 and snap.throttles_limit == 0 and snap.pauses == 0
-    assert snap.limits["concurrency"].value == 2 and snap.limits["concurrency"].source == "configured"
+    cap = snap.limits["concurrency"]
+    assert cap.value == 2 and cap.source == "configured"
     assert snap.requests is not None and snap.requests.level == pytest.approx(7.0)
 
 

@@ -187,8 +187,12 @@ def test_ietf_structured_policy_and_current_values() -> None:
 
 def test_ietf_earlier_drafts_triple() -> None:
     found = read_quotas(
-        {"RateLimit-Limit": "100", "RateLimit-Remaining": "3", "RateLimit-Reset": "7",
-         "RateLimit-Policy": "100;w=10"},
+        {
+            "RateLimit-Limit": "100",
+            "RateLimit-Remaining": "3",
+            "RateLimit-Reset": "7",
+            "RateLimit-Policy": "100;w=10",
+        },
         T0,
     )
     assert found == [Quota(REQUESTS, 100.0, 10.0, 3.0, 7.0)]
