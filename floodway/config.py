@@ -128,7 +128,8 @@ class KindConfig(_Strict):
     deadline: Duration = 15 * 60.0
     dedupe: bool = True
     version: str = "1"
-    poll_after: Duration = 1.0
+    #: first poll of an upstream job; None: learned from the kind's recent jobs
+    poll_after: Duration | None = None
     poll_max_attempts: int = Field(30, ge=1)
     callback_grace: Duration = 180.0
     options: dict[str, Any] = Field(default_factory=dict)  # adapter-specific extras

@@ -42,9 +42,12 @@ from floodway.providers.base import (
 )
 from floodway.providers.cost import cost_rule, generic_tokens
 from floodway.providers.http import HttpAdapter, HttpRoutes, JobFields
+from floodway.providers.job_durations import JobDurations
 from floodway.providers.openai import DEFAULT_COST, OpenAIAdapter
 
 SIMULATOR_URL = "http://127.0.0.1:9000"
+#: the first poll of a kind with no ``poll_after`` whose jobs have not finished yet
+DEFAULT_POLL_AFTER_S = 1.0
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _OPTIONS = frozenset(
     {
@@ -115,8 +118,13 @@ async def aclose_kinds(kinds: KindRegistry) -> None:
 
 def poll_schedule(cfg: KindConfig, where: str) -> PollSchedule:
     """The kind's poll timing: the first poll after ``poll_after``, or after
-    ``callback_grace`` when the provider calls back (``webhook_secret`` set)."""
-    first = cfg.callback_grace if cfg.webhook_secret else cfg.poll_after
+    ``callback_grace`` when the provider calls back (``webhook_secret`` set). With neither, the
+    kind learns its jobs' durations (``DEFAULT_POLL_AFTER_S`` until one has finished)."""
+    learn = cfg.poll_after is None and not cfg.webhook_secret
+    if cfg.webhook_secret:
+        first = cfg.callback_grace
+    else:
+        first = DEFAULT_POLL_AFTER_S if cfg.poll_after is None else cfg.poll_after
     ratio = _number(cfg.options.get("poll_ratio", 0.13), f"{where}.options.poll_ratio")
     if not 0 < ratio <= 10:
         raise ConfigError(f"{where}.options.poll_ratio: must be in (0, 10], not {ratio}")
@@ -126,7 +134,8 @@ def poll_schedule(cfg: KindConfig, where: str) -> PollSchedule:
         raise ConfigError(f"{where}.options.poll_max_interval: {exc}") from None
     if max_gap <= 0:
         raise ConfigError(f"{where}.options.poll_max_interval: must be positive")
-    return PollSchedule(first_s=first, ratio=ratio, max_gap_s=max_gap)
+    durations = JobDurations() if learn else None
+    return PollSchedule(first_s=first, ratio=ratio, max_gap_s=max_gap, durations=durations)
 
 
 def expand_env(text: str, where: str) -> str:

@@ -285,6 +285,8 @@ class UpstreamPoller:
             if state == "running":
                 await self._reschedule(task, spec, ctx, ref, asked_at)
                 return
+            if state == "done" and task.started_at is not None:
+                schedule_of(spec).observe(task.started_at, asked_at)
             outcome = job_outcome(spec, engine.policy, state, value, ctx.usage)
         item = engine.policy.decide(task, outcome, engine.clock.now(), self._rng)
         await finish_upstream(engine, task, item, usage=ctx.usage, headers=ctx.response_headers)
