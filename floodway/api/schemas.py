@@ -173,7 +173,15 @@ class StatsOut(BaseModel):
     retries: int = Field(description="attempts beyond the first, over the window")
     retrying: int
     dead_letters: int
-    resources: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    resources: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="per resource: `limits` (each dimension's limit in force: value, source "
+        "configured | header | learned, and the configured, published and learned figures; "
+        "rates per minute), `in_flight`, `sending_per_min`, `paused_for`, 429s split into "
+        "`throttles_limit` and `throttles_noise`, `pauses`, and `held_back_by`: what held "
+        "candidates back in the last admission pass (concurrency, requests, tokens, pause, "
+        "tenant cap)",
+    )
     upstream: dict[str, float] = Field(
         default_factory=dict,
         description="this process's provider calls: calls, throttled (429), server_errors "
