@@ -81,6 +81,9 @@ IN_FLIGHT = "in_flight"  # the resource's calls in flight once this one took its
 PAUSE, TENANT = "pause", "tenant cap"
 #: a resource with no in-flight limit in force still counts its calls, under this cap
 UNCAPPED = 1_000_000
+#: what held work back is shown while the pass that saw it is this recent (dispatchers pass
+#: at least once a second while work waits)
+HELD_FRESH_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -279,6 +282,7 @@ class LimitsAdmission:
         #: resource -> dimension -> when it last refused a candidate in this process
         self._bound: dict[str, dict[str, float]] = {name: {} for name in self._plans}
         self._held: dict[str, dict[str, int]] = {name: {} for name in self._plans}
+        self._held_at: dict[str, float] = {}  # resource -> when its last pass held some back
         self._retry_at: float | None = None
 
     @property
@@ -342,6 +346,7 @@ class LimitsAdmission:
                 if lane is Lane.INTERACTIVE:
                     scan.hold_for_background(attempt.request, result)
         self._held.update(held)
+        self._held_at.update((name, now) for name, counts in held.items() if counts)
         if scan.wait is not None:
             self._retry_at = now + scan.wait
         return permits
@@ -466,7 +471,7 @@ class LimitsAdmission:
                 pauses=counters.pauses,
                 sending_per_min=None if sent is None else sent / self._tuning.meter_tau_s * 60,
                 held_back_by=dict(self._held[name])
-                if self._bound[name] and max(self._bound[name].values()) >= now - 5.0
+                if self._held_at.get(name, -math.inf) >= now - HELD_FRESH_S
                 else {},
             )
         return out

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from floodway.config import ResourceConfig, TenantConfig
 from floodway.core.task import Lane
-from floodway.limits.admission import LimitsAdmission
+from floodway.limits.admission import AdmissionTuning, LimitsAdmission
 from floodway.limits.backend import (
     RECOVERING,
     SENT,
@@ -434,3 +434,94 @@ async def test_two_processes_sharing_a_backend_share_its_limits(harness: Harness
     for p in first:
         await workers[0].settle(p, Settlement(), clock.now())
     assert len(await workers[1].admit(ready, clock.now())) == len(first)
+
+
+# -- the rules of learned limits, over each backend (two processes sharing it) ---------------
+def fleet(
+    harness: Harness, resource: ResourceConfig, name: str = "api", **tuning: float
+) -> list[LimitsAdmission]:
+    # The passes below are made at 0.0 on this clock; the backend keeps its own time.
+    clock = FakeClock(start=0.0)
+    knobs = AdmissionTuning(meter_tau_s=0.5, **tuning)  # type: ignore[arg-type]
+    return [
+        LimitsAdmission(
+            {name: resource}, {"gen": name}, TenantConfig(), harness.backend, clock, knobs
+        )
+        for _ in range(2)
+    ]
+
+
+def ready(n: int, prefix: str = "t") -> list[Candidate]:
+    return [
+        Candidate(f"{prefix}{i}", "gen", "a", Lane.BACKGROUND, 1.0, i, 0.0, None) for i in range(n)
+    ]
+
+
+async def test_a_limit_429_pauses_every_process_and_noise_pauses_none(harness: Harness) -> None:
+    a, b = fleet(harness, ResourceConfig(adaptive=True))
+    (p,) = await a.admit(ready(1), 0.0)
+    await a.settle(p, Settlement(throttled=True, retry_after=0.3), 0.0)  # nothing known: a limit
+    assert await b.admit(ready(3, "b"), 0.0) == []
+    snap = (await b.snapshot())["api"]
+    assert 0 < snap.paused_for <= 0.3 and snap.held_back_by == {"pause": 3}
+
+    async def reopened() -> bool:
+        return bool(await b.admit(ready(1, "late"), 0.0))
+
+    await eventually(reopened, harness, 0.05)
+    # At a configured cap, a spontaneous 429 is noise: nobody pauses, nothing is lowered.
+    c, d = fleet(harness, ResourceConfig(concurrency=2, adaptive=True), "capped")
+    first, _second = await c.admit(ready(2, "c"), 0.0)
+    await c.settle(first, Settlement(throttled=True, retry_after=5.0), 0.0)
+    assert [p.task_id for p in await d.admit(ready(1, "d"), 0.0)] == ["d0"]
+    snap = (await d.snapshot())["capped"]
+    assert snap.paused_for == 0 and snap.limits["concurrency"].value == 2
+    assert (await c.snapshot())["capped"].throttles_noise == 1
+
+
+async def test_a_learned_rate_is_one_for_the_fleet(harness: Harness) -> None:
+    a, b = fleet(harness, ResourceConfig(adaptive=True), initial_concurrency=20)
+    accepted = await a.admit(ready(10), 0.0)
+    for p in accepted:
+        await a.settle(p, Settlement(), 0.0)
+    (refused,) = await a.admit(ready(1, "x"), 0.0)
+    await a.settle(refused, Settlement(throttled=True, retry_after=0.0), 0.0)
+    rate = (await b.snapshot())["api"].limits["requests"]
+    assert rate.source == "learned"
+    # 0.9 x the ~10 accepted over the meter's half second (decayed): about 18/s, 1,080/min.
+    assert 400 < rate.value < 10 / 0.5 * 0.9 * 60 + 1
+    assert len(await b.admit(ready(20, "b"), 0.0)) < 20  # its bucket holds b back too
+
+
+async def test_a_concurrency_refusal_sets_the_fleet_s_cap(harness: Harness) -> None:
+    a, b = fleet(harness, ResourceConfig(adaptive=True), initial_concurrency=4)
+    mine = await a.admit(ready(3), 0.0)
+    theirs = await b.admit(ready(3, "b"), 0.0)
+    assert len(mine) == 3 and len(theirs) == 1  # slow start: 4 in flight for the fleet
+    refused = theirs[0]  # the 4th in flight: the provider holds 3
+    reason = "rate_limited: too many concurrent requests"
+    await b.settle(refused, Settlement(throttled=True, retry_after=1.0, reason=reason), 0.0)
+    cap = (await a.snapshot())["api"].limits["concurrency"]
+    assert cap.value == 3 and cap.source == "learned" and not cap.slow_start
+    assert (await a.snapshot())["api"].paused_for == 0  # the cap holds calls back, not a pause
+    assert await a.admit(ready(1, "more"), 0.0) == []
+    await a.settle(mine[0], Settlement(), 0.0)
+    assert len(await b.admit(ready(1, "more"), 0.0)) == 1
+
+
+async def test_published_limits_set_what_is_not_configured_and_only_lower_the_rest(
+    harness: Harness,
+) -> None:
+    openai = {"x-ratelimit-limit-requests": "600", "x-ratelimit-remaining-requests": "599"}
+    for configured, value, source in (
+        (0, 600, "header"),
+        (300, 300, "configured"),
+        (900, 600, "header"),
+    ):
+        name = f"api{configured}"
+        resource = ResourceConfig(requests_per_minute=configured, adaptive=True)
+        a, b = fleet(harness, resource, name)
+        (p,) = await a.admit(ready(1), 0.0)
+        await a.settle(p, Settlement(headers=openai), 0.0)
+        rate = (await b.snapshot())[name].limits["requests"]
+        assert (rate.value, rate.source) == (pytest.approx(value), source), configured
