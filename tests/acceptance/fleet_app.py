@@ -1,5 +1,6 @@
 """A floodway app for fleet runs: one kind, ``img``, that calls the simulated provider over HTTP
-and consumes the resource ``sim`` (in-flight cap ``FLEET_CAP``, default 10).
+and consumes the resource ``sim`` (in-flight cap ``FLEET_CAP``, default 10; with
+``FLEET_ADAPTIVE=1`` no limit at all, ``adaptive`` only: the fleet learns them).
 
     FLOODWAY_DATABASE=postgresql://... FLOODWAY_REDIS=redis://... SIM_URL=http://... \\
         floodway worker --app tests.acceptance.fleet_app:fw --concurrency 10
@@ -29,11 +30,12 @@ import redis.asyncio as aioredis
 from psycopg import sql as pgsql
 from redis.exceptions import RedisError
 
-from floodway import Context, FatalError, Floodway, RetryableError
+from floodway import Context, Floodway
 from floodway.clock import SystemClock
 from floodway.config import ResourceConfig, load_settings
 from floodway.limits.admission import AdmissionTuning, LimitsAdmission
 from floodway.limits.factory import build_backend
+from floodway.providers.responses import error_for, keep_headers
 from tests.support import spawn_floodway, until
 
 RESOURCE = "sim"
@@ -47,13 +49,15 @@ def build(
     redis: str | None = None,
     cap: int | None = None,
     tuning: AdmissionTuning | None = None,
+    adaptive: bool | None = None,
 ) -> Floodway:
     """``tuning`` replaces floodway's admission knobs (e.g. a short ``claim_ttl_s``)."""
     settings = load_settings(database=database, redis=redis)
     limit = cap if cap is not None else int(os.environ.get("FLEET_CAP", "10"))
-    settings = settings.model_copy(
-        update={"resources": {RESOURCE: ResourceConfig(concurrency=limit)}}
-    )
+    if adaptive is None:
+        adaptive = os.environ.get("FLEET_ADAPTIVE") == "1"
+    resource = ResourceConfig(adaptive=True) if adaptive else ResourceConfig(concurrency=limit)
+    settings = settings.model_copy(update={"resources": {RESOURCE: resource}})
     if tuning is not None:
         clock = SystemClock()
         backend = build_backend(settings, clock)
@@ -81,12 +85,9 @@ def build(
         r = await client.post(
             "/generate", json=value, headers={"Idempotency-Key": ctx.idempotency_key}
         )
-        if r.status_code == 429:
-            raise RetryableError("HTTP 429", throttled=True)
-        if r.status_code >= 500 or r.status_code == 409:
-            raise RetryableError(f"HTTP {r.status_code}")
-        if r.status_code >= 400:
-            raise FatalError(r.text)
+        keep_headers(ctx, r)  # the provider's rate-limit figures, for the limiter
+        if r.status_code >= 400:  # 429 -> throttled with its Retry-After, 5xx/409 -> retryable
+            raise error_for(r, ctx.now(), "POST /generate")
         return r.json()["result"]
 
     return fw
@@ -241,11 +242,14 @@ class WorkerProcess:
         return self.proc.wait()
 
 
-def _fleet_env(database: str, redis: str, sim_url: str, cap: int) -> dict[str, str]:
+def _fleet_env(
+    database: str, redis: str, sim_url: str, cap: int, adaptive: bool = False
+) -> dict[str, str]:
     return {
         "FLOODWAY_DATABASE": database,
         "FLOODWAY_REDIS": redis,
         "FLEET_CAP": str(cap),
+        "FLEET_ADAPTIVE": "1" if adaptive else "0",
         "SIM_URL": sim_url,
     }
 
@@ -263,8 +267,9 @@ def spawn_worker(
     lease: str = "2s",
     concurrency: int = 10,
     cap: int = 10,
+    adaptive: bool = False,
 ) -> WorkerProcess:
-    env = {**_fleet_env(database, redis, sim_url, cap), "FLOODWAY_WORKER__LEASE": lease}
+    env = {**_fleet_env(database, redis, sim_url, cap, adaptive), "FLOODWAY_WORKER__LEASE": lease}
     return WorkerProcess(_spawn(["worker", "--concurrency", str(concurrency)], env, log), log)
 
 
@@ -293,10 +298,12 @@ class ApiProcess(WorkerProcess):
         return ids
 
 
-def spawn_api(database: str, redis: str, sim_url: str, log: Path, *, cap: int = 10) -> ApiProcess:
+def spawn_api(
+    database: str, redis: str, sim_url: str, log: Path, *, cap: int = 10, adaptive: bool = False
+) -> ApiProcess:
     port = free_port()
     args = ["api", "--host", "127.0.0.1", "--port", str(port)]
-    proc = _spawn(args, _fleet_env(database, redis, sim_url, cap), log)
+    proc = _spawn(args, _fleet_env(database, redis, sim_url, cap, adaptive), log)
     return ApiProcess(proc, log, url=f"http://127.0.0.1:{port}")
 
 
