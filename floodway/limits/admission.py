@@ -105,6 +105,7 @@ class AdmissionTuning:
     decrease: float = 0.9
     floor: float = 0.05  # a lowered configured or published rate stays above this share of it
     min_rate_per_s: float = 1 / 60  # a learned rate never drops below one request a minute
+    deepest_cut: float = 0.5  # one limit 429 never lowers an estimate below this share of it
     #: additive increase of a lowered rate while it holds work back and no 429 comes: this
     #: share of the rate it was cut to, per window
     recovery_step: float = 0.03
@@ -283,6 +284,7 @@ class LimitsAdmission:
         self._bound: dict[str, dict[str, float]] = {name: {} for name in self._plans}
         self._held: dict[str, dict[str, int]] = {name: {} for name in self._plans}
         self._held_at: dict[str, float] = {}  # resource -> when its last pass held some back
+        self._probed: dict[str, dict[str, float]] = {}  # resource -> dimension -> last grow
         self._retry_at: float | None = None
 
     @property
@@ -701,6 +703,8 @@ class LimitsAdmission:
             if limit is None and (achieved is None or achieved * t.meter_tau_s < t.least_sample):
                 continue  # too few answers to measure a rate: the pause alone, this time
             to = t.decrease * min(current, math.inf if achieved is None else achieved)
+            if math.isfinite(current):  # a round of 429s accepts little: not a reason to crash
+                to = max(to, t.deepest_cut * current)
             ceiling = None if limit is None else limit.ceiling
             floor = t.min_rate_per_s
             if ceiling is not None and math.isfinite(ceiling):
@@ -734,6 +738,10 @@ class LimitsAdmission:
                 share = t.known_recovery_step if known else t.recovery_step
                 step = share * (limit.ceiling if known else base)
                 interval, start = t.recovery_window_s, limit.value
+            tried = self._probed.setdefault(plan.name, {})
+            if now - tried.get(dimension, -math.inf) < interval:
+                continue  # the backend would refuse it too: spare the round trip
+            tried[dimension] = now
             await self._backend.grow(
                 plan.estimates_key,
                 dimension,

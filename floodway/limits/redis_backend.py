@@ -203,6 +203,7 @@ class RedisLimiterBackend:
         if fields:
             mapping: dict[FieldT, EncodableT] = {n: _arg(v) for n, v in fields.items()}
             await self._call(self._redis.hset(self.key(key), mapping=mapping))
+            await self._call(self._redis.pexpire(self.key(key), ESTIMATES_TTL_MS))
 
     async def tick(self, meter: Meter, field: str) -> None:
         await self._script(self._tick, [self.key(meter.key)], [field, meter.tau_s * 1000])
@@ -257,6 +258,8 @@ def _stale_connection_retry() -> Retry:
 
 
 _UNBOUNDED = 1e300
+#: an estimates hash untouched this long is forgotten (the scripts give it the same TTL)
+ESTIMATES_TTL_MS = 86_400_000
 
 
 def _text(value: bytes | str) -> str:

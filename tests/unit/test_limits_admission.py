@@ -664,10 +664,12 @@ async def _run_ops(r: Rig, ops: Sequence[tuple[object, ...]]) -> None:
             for p in admitted:
                 del queued[p.task_id]
                 ledger.in_flight[p.task_id] = p
-                for key, hold in ((REQUESTS, REQUESTS), (TOKENS, TOKENS)):
-                    if hold in p.holds:
-                        ledger.add(key, r.now, p.holds[hold], p.task_id)
-                _check(ledger, r, plan_buckets(plan))
+                debited = [hold for hold in (REQUESTS, TOKENS) if hold in p.holds]
+                for hold in debited:
+                    ledger.add(hold, r.now, p.holds[hold], p.task_id)
+                # A bucket's bound holds at each of its debits (usage beyond an estimate,
+                # settled later, is debt the next debit must wait out).
+                _check(ledger, r, {k: v for k, v in plan_buckets(plan).items() if k in debited})
         elif op[0] in ("settle", "release"):
             if not ledger.in_flight:
                 continue
