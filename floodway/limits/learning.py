@@ -45,6 +45,7 @@ class Limit:
     value: float  # slots, or units per second
     source: str  # CONFIGURED | HEADER | LEARNED
     ceiling: float = math.inf  # what learning may grow it back to (configured or published)
+    guess: bool = False  # slow start: no 429 has bounded it yet, so it is no evidence
 
 
 def in_force(
@@ -74,7 +75,8 @@ def in_force(
     if learned is None and dimension == CONCURRENCY and ceiling is None:
         learned = float(initial_concurrency)  # slow start: nothing known of the cap yet
     if learned is not None and (ceiling is None or learned < ceiling.value):
-        return Limit(learned, LEARNED, ceiling.value if ceiling else math.inf)
+        guess = dimension == CONCURRENCY and not cuts(estimates, dimension)
+        return Limit(learned, LEARNED, ceiling.value if ceiling else math.inf, guess)
     return ceiling
 
 
@@ -131,8 +133,10 @@ def judge(t: Throttle) -> Verdict:
     - The load sat at a configured or published limit: noise. The provider's own figure is the
       best account of its limits; a spontaneous 429 there is not a reason to doubt it (a
       lower real limit shows as persistent 429s).
-    - The load tracked a learned limit, or a dimension nothing is known of yet: a limit.
-    - The load was well under every limit: noise.
+    - The load was well under every limit in force: noise, even with a dimension nothing is
+      known of (a limit there would have shown at the higher load the others allow).
+    - The load tracked a learned limit or a slow-start window (then dimensions nothing is
+      known of are suspects too), or nothing limits the resource yet: a limit.
     """
     if t.exhausted:
         return Verdict(True, t.exhausted, "the provider's headers report the quota spent")
@@ -143,12 +147,17 @@ def judge(t: Throttle) -> Verdict:
     tracking = frozenset(d for d in DIMENSIONS if tracks(t, d))
     if t.persistent:
         return Verdict(True, tracking or frozenset({REQUESTS}), "429s persist")
-    trusted = {d for d in tracking if (limit := t.limits.get(d)) and limit.source != LEARNED}
-    if trusted:
+    known = {d: limit for d in DIMENSIONS if (limit := t.limits.get(d)) and not limit.guess}
+    tracked = {d for d in tracking if d in known}
+    if any(known[d].source != LEARNED for d in tracked):
         return Verdict(False, frozenset(), "at the provider's own limit: a spontaneous 429")
+    if known and not tracked:
+        # Had a limit nobody knows of been the cause, it would have shown at the higher load
+        # the known limits allow.
+        return Verdict(False, frozenset(), "the load was well under every limit in force")
     if tracking:
         return Verdict(True, tracking, "the load tracked the estimate")
-    return Verdict(False, frozenset(), "the load was well under every limit")
+    return Verdict(False, frozenset(), "nothing to learn, and no sign of a limit")
 
 
 class Persistence:

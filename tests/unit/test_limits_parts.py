@@ -244,7 +244,16 @@ def test_limit_sources_in_force() -> None:
     )
     # Slow start: an adaptive resource with no known in-flight cap starts with a few.
     slow = in_force(CONCURRENCY, None, {}, adaptive=True, headroom=1.0, initial_concurrency=4)
-    assert slow == Limit(4.0, LEARNED)
+    assert slow == Limit(4.0, LEARNED, guess=True)
+    bounded = in_force(
+        CONCURRENCY,
+        None,
+        {"concurrency": 7.0, "concurrency:n": 1.0},
+        adaptive=True,
+        headroom=1.0,
+        initial_concurrency=4,
+    )
+    assert bounded == Limit(7.0, LEARNED)
 
 
 def throttle(**kw: object) -> Throttle:
@@ -264,13 +273,18 @@ def throttle(**kw: object) -> Throttle:
 def test_a_429_at_a_configured_limit_is_noise_unless_it_persists() -> None:
     at_cap = {CONCURRENCY: Limit(10, CONFIGURED, 10), REQUESTS: None}
     assert not judge(throttle(limits=at_cap, in_flight=10)).limit
+    # Well under the cap, the unknown rate is no suspect either: it did not bind at 10.
+    assert not judge(throttle(limits=at_cap, in_flight=3)).limit
     persisting = judge(throttle(limits=at_cap, in_flight=10, persistent=True))
     assert persisting.limit and persisting.dimensions == {CONCURRENCY, REQUESTS}
 
 
 def test_the_first_429_of_a_resource_nothing_is_known_of_is_a_limit() -> None:
-    verdict = judge(throttle(limits={CONCURRENCY: Limit(8, LEARNED)}, in_flight=8))
+    window = {CONCURRENCY: Limit(8, LEARNED, guess=True)}
+    verdict = judge(throttle(limits=window, in_flight=8))
     assert verdict.limit and verdict.dimensions == {CONCURRENCY, REQUESTS}
+    # A slow-start window is no evidence: a 429 under it is still a first contact.
+    assert judge(throttle(limits=window, in_flight=1)).dimensions == {REQUESTS}
     # Not adaptive: nothing to learn, and nothing says it is more than noise.
     assert not judge(throttle(adaptive=False)).limit
 
