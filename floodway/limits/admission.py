@@ -81,6 +81,8 @@ IN_FLIGHT = "in_flight"  # the resource's calls in flight once this one took its
 PAUSE, TENANT = "pause", "tenant cap"
 #: a resource with no in-flight limit in force still counts its calls, under this cap
 UNCAPPED = 1_000_000
+#: a grant time later than any: the cut applies whatever changed since
+ANY_ROUND = 1e300
 #: what held work back is shown while the pass that saw it is this recent (dispatchers pass
 #: at least once a second while work waits)
 HELD_FRESH_S = 5.0
@@ -696,7 +698,10 @@ class LimitsAdmission:
                     to = limit.value * t.decrease
                 else:
                     continue
-                await self._backend.cut(key, dimension, to, floor=1.0, granted_at=granted_at)
+                # Not once per round trip: the target is absolute, not a share of the estimate,
+                # so every refusal of a round may lower it, and the one sent with the fewest
+                # calls in flight says the most (the first one processed may be the last sent).
+                await self._backend.cut(key, dimension, to, floor=1.0, granted_at=ANY_ROUND)
                 continue
             achieved = self._achieved(limits) if dimension == REQUESTS else None
             current = math.inf if limit is None else limit.value
