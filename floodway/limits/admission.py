@@ -392,6 +392,10 @@ class LimitsAdmission:
             if await self._backend.slots_in_use(plan.slot_key) < cap.value:
                 return False
         self._retry_at = None  # only a release can help now: no timed wake-up
+        now = self._clock.now()
+        for plan in plans:  # full, with work waiting: the in-flight limit holds work back
+            assert plan is not None
+            self._bound[plan.name][CONCURRENCY] = now
         return True
 
     # -- for the engine -----------------------------------------------------------------------

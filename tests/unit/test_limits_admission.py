@@ -732,3 +732,16 @@ async def test_a_resource_limited_by_buckets_alone_is_never_saturated() -> None:
     r = rig(tpm(600, burst=1))
     await r.admit(cand("drain", cost=10))
     assert not await r.adm.saturated(["llm-call"])
+
+
+async def test_a_saturated_look_counts_as_the_in_flight_limit_holding_work_back() -> None:
+    """A blocked dispatcher looks at the slot counts instead of admitting: slow start must
+    still grow on the answers that follow (in a fleet, that look is all most passes do)."""
+    r = rig(ResourceConfig(adaptive=True), tuning=AdmissionTuning(initial_concurrency=2))
+    first = await r.admit_permits(cand("a"), cand("b"), cand("c"))
+    await r.adm.renew(first)  # claimed: the slots outlive the claim TTL
+    await r.clock.advance(10)  # the refusal noted by that pass is long past
+    assert await r.adm.saturated(["llm-call"])
+    for p in first:
+        await r.settle(p)
+    assert (await r.adm.snapshot())["llm"].limits["concurrency"].value == 4
