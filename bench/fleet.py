@@ -54,6 +54,7 @@ from typing import Any
 from bench.common import median, percentile, write_result
 from floodway import Floodway, Status, Task
 from floodway.core.states import TERMINAL
+from floodway.limits.admission import LimitsAdmission
 from floodway.providers.sim import SimulatorConfig, SimulatorState, running_simulator
 from floodway.providers.sim.model import Job, Outcome
 from floodway.providers.sim.state import Decision
@@ -61,6 +62,7 @@ from floodway.store.base import TaskQuery
 from tests.acceptance.fleet_app import (
     KIND,
     PG_URL,
+    RESOURCE,
     ApiProcess,
     RedisServer,
     WorkerProcess,
@@ -325,6 +327,7 @@ async def _drive(
         "charged_twice": len(ledger["double_charged"]),
         "charged": ledger["total"],
         "limit_exceeded": state.stats.peak_concurrency > CAP or state.stats.rate_limited > 0,
+        "learned": await learned_limits(fw),
     }
     notes = dict(fault.notes)
     if scenario == "F2-redis" and "wall_from" in notes:
@@ -334,6 +337,17 @@ async def _drive(
     if notes:
         figures["fault"] = notes
     return figures
+
+
+async def learned_limits(fw: Floodway) -> dict[str, Any]:
+    """The limits in force at the end, as the fleet's shared estimates have them."""
+    admission = fw.engine.admission
+    if not isinstance(admission, LimitsAdmission):
+        return {}
+    snap = (await admission.snapshot()).get(RESOURCE)
+    if snap is None:
+        return {}
+    return {d: [round(lim.value, 2), lim.source] for d, lim in snap.limits.items()}
 
 
 def summarize(scenario: str, opts: Options, runs: list[dict[str, Any]]) -> dict[str, Any]:
