@@ -1,7 +1,7 @@
 """F1 and F2: Q1 on a fleet -- four `floodway worker` processes and one `floodway api`, one
-PostgreSQL, one Redis.
+PostgreSQL, one Redis; and Q6 and Q7 on the same fleet (limits it must learn).
 
-    python -m bench.fleet                       # F1, F2-kill and F2-redis, 5 runs each
+    python -m bench.fleet                       # F1, F2-kill, F2-redis, Q6 and Q7, 5 runs each
     python -m bench.fleet --scenario F1 --runs 5
     python -m bench.fleet --database postgresql://postgres@127.0.0.1/test
 
@@ -18,6 +18,13 @@ the resource ``sim`` (concurrency 10) through the shared Redis limiter.
 
 F2 figures: tasks lost (not terminal at the end), charged twice (the provider's ledger) and
 whether a limit was exceeded (a 429, or more than 10 in flight at the provider).
+
+* **Q6** (fleet): bench/quota.py's Q6 on the fleet: 300 tasks of 50 ms, the provider enforcing
+  600/min as a token bucket of 10 (exact Retry-After, no rate-limit headers); the resource is
+  configured ``adaptive`` only, so the four processes learn one rate through Redis. Optimum
+  as Q6's: (300 - 10) / 10 per s + 50 ms.
+* **Q7** (fleet): F1's provider (cap 10, 429 beyond) with the resource configured ``adaptive``
+  only: the fleet learns one in-flight cap. Optimum as F1's.
 
 Definitions. The clock starts when the 200 tasks are submitted (one ``POST /v1/batches`` to
 the API process), the processes already up (their start-up is not the scheduler's work); the
@@ -40,13 +47,14 @@ import statistics
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from bench.common import median, percentile, write_result
 from floodway import Floodway, Status, Task
 from floodway.core.states import TERMINAL
+from floodway.limits.admission import LimitsAdmission
 from floodway.providers.sim import SimulatorConfig, SimulatorState, running_simulator
 from floodway.providers.sim.model import Job, Outcome
 from floodway.providers.sim.state import Decision
@@ -54,6 +62,7 @@ from floodway.store.base import TaskQuery
 from harness.fleet import (
     KIND,
     PG_URL,
+    RESOURCE,
     ApiProcess,
     RedisServer,
     WorkerProcess,
@@ -67,7 +76,10 @@ from harness.processes import until
 
 CAP = 10
 CLAIM_FAILED = "dispatch paused"  # what a worker logs while the limiter is out of reach
-SCENARIOS = ("F1", "F2-kill", "F2-redis")
+SCENARIOS = ("F1", "F2-kill", "F2-redis", "Q6", "Q7")
+#: the scenarios whose resource is configured adaptive only (nothing else)
+LEARNING = ("Q6", "Q7")
+Q6_TASKS, Q6_LATENCY_MS, Q6_RPM, Q6_BUCKET = 300, 50.0, 600, 10
 
 
 @dataclass
@@ -186,14 +198,30 @@ async def claims_between(fw: Floodway, tasks: list[Task], start: float, end: flo
     return count
 
 
-async def one_run(scenario: str, opts: Options, seed: int) -> dict[str, Any]:
-    config = SimulatorConfig(
+def simulator_config(scenario: str, opts: Options, seed: int) -> SimulatorConfig:
+    if scenario == "Q6":
+        return SimulatorConfig(
+            latency_ms=Q6_LATENCY_MS,
+            latency_jitter=0.2,
+            rpm=Q6_RPM,
+            rpm_burst=Q6_BUCKET,
+            rate_headers=False,
+            seed=seed,
+        )
+    return SimulatorConfig(
         latency_ms=opts.latency_ms,
         latency_jitter=0.2,
         max_concurrency=CAP,
         error_rate=opts.error_rate,
         seed=seed,
     )
+
+
+async def one_run(scenario: str, opts: Options, seed: int) -> dict[str, Any]:
+    config = simulator_config(scenario, opts, seed)
+    adaptive = scenario in LEARNING
+    if scenario == "Q6":
+        opts = replace(opts, tasks=Q6_TASKS)
     with tempfile.TemporaryDirectory() as tmp:
         async with (
             fresh_database(opts.database) as database,
@@ -202,9 +230,11 @@ async def one_run(scenario: str, opts: Options, seed: int) -> dict[str, Any]:
         ):
             provider = ProviderClock()
             provider.attach(sim.state)
-            fw = build(database, sim.url, redis=redis.url, cap=CAP)
+            fw = build(database, sim.url, redis=redis.url, cap=CAP, adaptive=adaptive)
             async with fw:
-                api = spawn_api(database, redis.url, sim.url, Path(tmp) / "api.log", cap=CAP)
+                api = spawn_api(
+                    database, redis.url, sim.url, Path(tmp) / "api.log", cap=CAP, adaptive=adaptive
+                )
                 workers = [
                     spawn_worker(
                         database,
@@ -214,6 +244,7 @@ async def one_run(scenario: str, opts: Options, seed: int) -> dict[str, Any]:
                         lease=opts.lease,
                         concurrency=opts.concurrency,
                         cap=CAP,
+                        adaptive=adaptive,
                     )
                     for i in range(opts.workers)
                 ]
@@ -272,6 +303,8 @@ async def _drive(
     states = Counter(t.status.value for t in final)
     busy = provider.busy_s()
     optimum = busy / CAP
+    if scenario == "Q6":  # the rate's: (N - B) / R + one service time
+        optimum = (opts.tasks - Q6_BUCKET) / (Q6_RPM / 60) + Q6_LATENCY_MS / 1000
     ledger = state.ledger.as_dict()
     figures: dict[str, Any] = {
         "makespan_s": round(makespan, 3),
@@ -286,6 +319,7 @@ async def _drive(
         "provider_peak_concurrency": state.stats.peak_concurrency,
         "provider_429s": state.stats.rate_limited,
         "provider_requests": state.stats.requests,
+        "share_429": round(state.stats.rate_limited / max(1, state.stats.requests), 4),
         "provider_5xx": state.stats.errors_5xx,
         "statuses": dict(states),
         "lost": sum(1 for t in final if not t.terminal),
@@ -293,6 +327,7 @@ async def _drive(
         "charged_twice": len(ledger["double_charged"]),
         "charged": ledger["total"],
         "limit_exceeded": state.stats.peak_concurrency > CAP or state.stats.rate_limited > 0,
+        "learned": await learned_limits(fw),
     }
     notes = dict(fault.notes)
     if scenario == "F2-redis" and "wall_from" in notes:
@@ -302,6 +337,17 @@ async def _drive(
     if notes:
         figures["fault"] = notes
     return figures
+
+
+async def learned_limits(fw: Floodway) -> dict[str, Any]:
+    """The limits in force at the end, as the fleet's shared estimates have them."""
+    admission = fw.runtime.admission
+    if not isinstance(admission, LimitsAdmission):
+        return {}
+    snap = (await admission.snapshot()).get(RESOURCE)
+    if snap is None:
+        return {}
+    return {d: [round(lim.value, 2), lim.source] for d, lim in snap.limits.items()}
 
 
 def summarize(scenario: str, opts: Options, runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -335,6 +381,7 @@ def summarize(scenario: str, opts: Options, runs: list[dict[str, Any]]) -> dict[
         },
         "provider_peak_concurrency": max(r["provider_peak_concurrency"] for r in runs),
         "provider_429s": sum(r["provider_429s"] for r in runs),
+        "share_429": med("share_429"),
         "lost": sum(r["lost"] for r in runs),
         "charged_twice": sum(r["charged_twice"] for r in runs),
         "failed": sum(r["failed"] for r in runs),
@@ -345,6 +392,16 @@ def summarize(scenario: str, opts: Options, runs: list[dict[str, Any]]) -> dict[
         ],
         "runs": runs,
     }
+    if scenario == "Q6":
+        out["setup"].update(
+            tasks=Q6_TASKS,
+            latency_ms=Q6_LATENCY_MS,
+            error_rate=0.0,
+            provider_cap=None,
+            provider_rate=f"{Q6_RPM}/min as a token bucket of {Q6_BUCKET}, no rate headers",
+        )
+    if scenario in LEARNING:
+        out["setup"]["resource"] = "adaptive only (nothing configured)"
     if scenario == "F2-kill":
         out["setup"]["fault"] = f"busiest worker SIGKILLed at {opts.fault_at_s:g} s"
     elif scenario == "F2-redis":

@@ -1,4 +1,4 @@
-"""Q1-Q5: the real engine against the simulated provider's quota.
+"""Q1-Q8: the real engine against the simulated provider's quota.
 
     python -m bench.quota                  # every scenario, 3 runs each
     python -m bench.quota Q1 Q3 --runs 5
@@ -24,6 +24,11 @@ The optimum is what the provider's quota allows (BENCH.md); each scenario's defi
   task reserves the bucket). The bucket-math FIFO prediction is reported as a cross-check.
 - Q5: tenant B's mean turnaround behind tenant A's backlog, against B alone on an idle engine;
   the allowance is one service time (the mean latency).
+- Q6: as Q2's, for a provider that enforces its 600/min as a token bucket of 10 (so B = 10)
+  and publishes no rate-limit headers; floodway knows nothing of it (``adaptive`` only).
+- Q7: as Q1's (busy time / cap), the cap unknown to floodway (``adaptive`` only).
+- Q8: Q1 twice with the same seed, with and without 2 % spontaneous 429s; the figure is the
+  ratio of the two makespans.
 """
 
 from __future__ import annotations
@@ -289,9 +294,18 @@ def rate_optimum(case: RateCase) -> tuple[float, float]:
     return burst, (case.tasks - burst) / (case.rpm / 60) + case.latency_ms / 1000
 
 
-async def rate_run(seed: int, case: RateCase, resource: ResourceConfig) -> Figures:
+async def rate_run(
+    seed: int, case: RateCase, resource: ResourceConfig, *, bucket: int = 0
+) -> Figures:
+    """``bucket``: the provider enforces its rpm as a token bucket of this capacity, with exact
+    Retry-After(-Ms) and no rate-limit headers (0: a sliding minute, headers published)."""
     sim_config = SimulatorConfig(
-        latency_ms=case.latency_ms, latency_jitter=0.2, rpm=case.rpm, seed=seed
+        latency_ms=case.latency_ms,
+        latency_jitter=0.2,
+        rpm=case.rpm,
+        rpm_burst=bucket,
+        rate_headers=not bucket,
+        seed=seed,
     )
     burst, optimum = rate_optimum(case)
     async with simulator(sim_config) as (sim, _meter), scratch_database() as db:
@@ -346,6 +360,104 @@ def q2_check(f: Figures) -> bool:
 
 def q4_check(f: Figures) -> bool:
     return bool(f["makespan_over_optimum"] <= 1.30 and f["share_429"] < 0.05)
+
+
+# -- Q6: a rate nobody told floodway ---------------------------------------------------------
+#: the provider's bucket: a second of its 600/min, as the yardstick's B in rate_optimum
+Q6_BUCKET = 10
+
+
+async def q6_run(seed: int, quick: bool) -> Figures:
+    case = rate_case(quick)
+    bucket = Q6_BUCKET * (10 if quick else 1)
+    figures = await rate_run(seed, case, ResourceConfig(adaptive=True), bucket=bucket)
+    return {**figures, "provider_bucket": bucket}
+
+
+def q6_check(f: Figures) -> bool:
+    return bool(f["makespan_over_optimum"] <= 1.15 and f["share_429"] < 0.02)
+
+
+# -- Q7: a concurrency cap nobody told floodway -----------------------------------------------
+async def cap_run(seed: int, quick: bool, resource: ResourceConfig, spontaneous: float) -> Figures:
+    """Q1's provider and load; ``resource`` as configured, ``spontaneous`` 429s."""
+    n, latency_ms = (40, 100.0) if quick else (q1app.TASKS, q1app.LATENCY_MS)
+    sim_config = q1app.simulator(seed, latency_ms).model_copy(
+        update={"rate_limit_rate": spontaneous}
+    )
+    async with simulator(sim_config) as (sim, meter), scratch_database() as db:
+        async with runtime(provider_settings(sim.url, db, resource)) as fw:
+            tasks = await fw.submit_many(KIND, inputs(n, f"cap-{seed}"))
+            started = time.time()
+            async with fw.worker(q1app.WORKER_CONCURRENCY):
+                await until_terminal(fw, n, timeout_s=60 + 10 * n * latency_ms / 1000)
+            final = await reread(fw, tasks)
+            snap = await resource_snapshot(fw)
+        provider = provider_figures(sim)
+    span = makespan(final, started)
+    optimum = meter.busy_s / q1app.CAP
+    return {
+        **task_figures(final),
+        **provider,
+        "makespan_s": span,
+        "optimum_s": optimum,
+        "makespan_over_optimum": span / optimum,
+        "share_429": provider["rate_limited_429"] / max(1, provider["requests"]),
+        **snap,
+    }
+
+
+async def resource_snapshot(fw: Floodway) -> Figures:
+    """What floodway ended up believing of the resource, and its 429s split."""
+    admission = fw.runtime.admission
+    assert isinstance(admission, LimitsAdmission)
+    snap = (await admission.snapshot())[RESOURCE]
+    cap = snap.limits.get("concurrency")
+    return {
+        "learned_concurrency": None if cap is None else cap.value,
+        "concurrency_source": None if cap is None else cap.source,
+        "throttles_limit": snap.throttles_limit,
+        "throttles_noise": snap.throttles_noise,
+        "pauses": snap.pauses,
+    }
+
+
+async def q7_run(seed: int, quick: bool) -> Figures:
+    return await cap_run(seed, quick, ResourceConfig(adaptive=True), 0.0)
+
+
+def q7_check(f: Figures) -> bool:
+    return bool(f["makespan_over_optimum"] <= 1.20 and f["share_429"] < 0.05)
+
+
+# -- Q8: spontaneous 429s at a configured limit ------------------------------------------------
+Q8_SPONTANEOUS = 0.02
+
+
+async def q8_run(seed: int, quick: bool) -> Figures:
+    """Q1 (its limit configured, ``adaptive`` on) with and without spontaneous 429s."""
+    resource = ResourceConfig(concurrency=q1app.CAP, headroom=1.0, adaptive=True)
+    clean = await cap_run(seed, quick, resource, 0.0)
+    noisy = await cap_run(seed, quick, resource, Q8_SPONTANEOUS)
+    return {
+        "noisy_over_clean": noisy["makespan_s"] / clean["makespan_s"],
+        "makespan_s": noisy["makespan_s"],
+        "clean_makespan_s": clean["makespan_s"],
+        "makespan_over_optimum": noisy["makespan_over_optimum"],
+        "clean_makespan_over_optimum": clean["makespan_over_optimum"],
+        "rate_limited_429": noisy["rate_limited_429"],
+        "throttles_noise": noisy["throttles_noise"],
+        "throttles_limit": noisy["throttles_limit"],
+        "pauses": noisy["pauses"],
+        "learned_concurrency": noisy["learned_concurrency"],
+        "failed": noisy["failed"] + clean["failed"],
+        "lost": noisy["lost"] + clean["lost"],
+        "double_charged": noisy["double_charged"] + clean["double_charged"],
+    }
+
+
+def q8_check(f: Figures) -> bool:
+    return bool(f["noisy_over_clean"] <= 1.05)
 
 
 # -- Q3: a tokens-per-minute bucket, one large task ahead of small ones ----------------------
@@ -615,6 +727,61 @@ SCENARIOS: dict[str, Scenario] = {
                 ("failed", "rate_limited_429"),
             ),
             q5_check,
+        ),
+        Scenario(
+            "Q6",
+            "300 tasks of 50 ms, provider 600/min as a token bucket of 10 with exact Retry-After "
+            "and no rate-limit headers; the resource configured with adaptive only",
+            "makespan/optimum <= 1.15; 429s < 2 % of requests",
+            q6_run,
+            Summary(
+                ("makespan_over_optimum", "share_429", "makespan_s", "optimum_s", "requests"),
+                ("rate_limited_429", "failed", "lost", "double_charged"),
+            ),
+            q6_check,
+        ),
+        Scenario(
+            "Q7",
+            "200 calls of 500 ms +-20 %, provider cap 10 in flight (429 beyond), 5 % 5xx; the "
+            "resource configured with adaptive only",
+            "makespan/optimum <= 1.20; 429s < 5 % of requests",
+            q7_run,
+            Summary(
+                (
+                    "makespan_over_optimum",
+                    "share_429",
+                    "learned_concurrency",
+                    "makespan_s",
+                    "optimum_s",
+                    "requests",
+                    "throttles_limit",
+                    "throttles_noise",
+                    "pauses",
+                ),
+                ("failed", "lost", "double_charged"),
+            ),
+            q7_check,
+        ),
+        Scenario(
+            "Q8",
+            "Q1 with 2 % spontaneous 429s, its cap configured and adaptive on, against the same "
+            "seed without them",
+            "makespan within 5 % of the run without spontaneous 429s",
+            q8_run,
+            Summary(
+                (
+                    "noisy_over_clean",
+                    "makespan_over_optimum",
+                    "clean_makespan_over_optimum",
+                    "rate_limited_429",
+                    "throttles_noise",
+                    "throttles_limit",
+                    "pauses",
+                    "learned_concurrency",
+                ),
+                ("failed", "lost", "double_charged"),
+            ),
+            q8_check,
         ),
     )
 }

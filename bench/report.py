@@ -19,7 +19,28 @@ from typing import Any
 
 from bench.common import RESULTS
 
-ORDER = ("T1", "T2", "Q1", "Q2", "Q3", "Q4", "Q4b", "Q5", "U1", "U2", "C1", "F1", "F2")
+ORDER = (
+    "T1",
+    "T2",
+    "Q1",
+    "Q2",
+    "Q3",
+    "Q4",
+    "Q4b",
+    "Q5",
+    "Q6",
+    "Q6 (fleet)",
+    "Q7",
+    "Q7 (fleet)",
+    "Q8",
+    "U1",
+    "U2",
+    "C1",
+    "F1",
+    "F2",
+)
+#: bench.fleet's runs of the learning scenarios: (makespan/optimum floor, share of 429s floor)
+FLEET_LEARNING = {"Q6": (1.15, 0.02), "Q7": (1.20, 0.05)}
 QUICK_SUFFIX = "-quick"
 # BENCH.md's reference points for T1: Dramatiq, the fastest Python queue measured there.
 T1_DRAINED_PER_S = 2_100
@@ -150,13 +171,18 @@ def read_fleet(path: Path, data: Data) -> Row:
             and data["provider_429s"] == 0
             and data["makespan_over_optimum"] <= 1.10
         )
+    elif name in FLEET_LEARNING:
+        ratio, share = FLEET_LEARNING[name]
+        floor = f"makespan/optimum <= {ratio:.2f}; 429s < {share:.0%} of requests"
+        keys = ["makespan_over_optimum", "share_429", "provider_429s", "lost", "charged_twice"]
+        passed = data["makespan_over_optimum"] <= ratio and data.get("share_429", 1) < share
     else:
         floor = "lost 0; charged twice 0; limit never exceeded"
         passed = data["lost"] == 0 and data["charged_twice"] == 0 and not data["limit_exceeded"]
     setup = data.get("setup", {})
     scenario = f"{name}: {fmt(setup)}" if setup else name
     return Row(
-        name.split("-")[0],
+        name.split("-")[0] + (" (fleet)" if name in FLEET_LEARNING else ""),
         scenario,
         figures_text(data, keys),
         floor,
@@ -192,7 +218,7 @@ def reader_for(data: Data) -> Reader:
         return read_scale
     if isinstance(data.get("median_over_seeds"), dict):
         return read_upstream
-    if str(data.get("scenario", "")).startswith("F") and "limit_exceeded" in data:
+    if "limit_exceeded" in data and str(data.get("scenario", "")).startswith(("F", "Q")):
         return read_fleet
     return read_generic
 

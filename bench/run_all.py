@@ -70,10 +70,10 @@ def steps() -> list[Step]:
         )
     plan += [
         Step("T2", "bench.scale"),
-        Step("Q1-Q5, Q4b", "bench.quota"),
+        Step("Q1-Q8, Q4b", "bench.quota"),
         Step("U1/U2", "bench.upstream"),
         Step("C1", "bench.crash"),
-        Step("F1/F2", "bench.fleet"),
+        Step("F1/F2, Q6/Q7 on the fleet", "bench.fleet"),
     ]
     return plan
 

@@ -13,7 +13,7 @@ from floodway.clock import Clock, SystemClock, wait_event
 from floodway.config import KindConfig, Settings, load_settings
 from floodway.core.errors import ConfigError, TaskNotFound, WaitTimeout
 from floodway.core.task import SubmitRequest, Submitted, Task
-from floodway.core.upstream import PollSchedule
+from floodway.core.upstream import first_poll_after
 from floodway.kinds import (
     DEFAULTS,
     CostFn,
@@ -85,14 +85,15 @@ class Floodway:
         idempotent: bool = False,
         lookup: Lookup | None = None,
         poll: Poll | None = None,
-        poll_after_s: float = DEFAULTS.poll_after,
+        poll_after_s: float | None = DEFAULTS.poll_after,
         poll_max_attempts: int = DEFAULTS.poll_max_attempts,
     ) -> Callable[[Handler], Handler]:
         """Declare a kind whose tasks run the decorated ``async def handler(ctx, input)``.
 
         ``poll``: for a handler that starts upstream jobs and returns
         :class:`~floodway.core.outcome.Parked`, the function that looks at one job;
-        the first look comes ``poll_after_s`` after the job started."""
+        the first look comes ``poll_after_s`` after the job started (None: after a low
+        quantile of the kind's recent jobs' durations)."""
 
         def register(handler: Handler) -> Handler:
             if (
@@ -119,7 +120,7 @@ class Floodway:
                     lookup=lookup,
                     poll=None
                     if poll is None
-                    else FunctionPoller(poll, PollSchedule(first_s=poll_after_s)),
+                    else FunctionPoller(poll, first_poll_after(poll_after_s)),
                     poll_max_attempts=poll_max_attempts,
                 )
             )

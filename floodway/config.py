@@ -99,7 +99,10 @@ class ResourceConfig(_Strict):
         1.0, gt=0, le=1, description="the share of each published limit floodway uses (0.8: 80 %)"
     )
     adaptive: bool = Field(
-        False, description="on a 429, halve the rates and the cap; recover +10 % per quiet second"
+        False,
+        description="read the provider's rate-limit headers and learn what is neither configured "
+        "nor published from its 429s (docs/limits.md); headers and learning only ever lower a "
+        "configured limit",
     )
     burst: Duration = Field(
         0.0,
@@ -329,9 +332,10 @@ class KindConfig(_Strict):
     version: str = Field(
         "1", description="part of the fingerprint: bump it when the same input should run anew"
     )
-    poll_after: Duration = Field(
-        1.0,
-        description="the first poll of a job (set it near the shortest job's duration)",
+    poll_after: Duration | None = Field(
+        None,
+        description="the first poll of a job; unset: learned from the kind's recent jobs "
+        "(1 s until one has finished)",
         json_schema_extra=_for(*HTTP_LIKE),
     )
     poll_max_attempts: int = Field(

@@ -104,17 +104,22 @@ def adapters_of(field: FieldInfo) -> list[str]:
 
 
 def type_name(field: FieldInfo) -> str:
-    validators = [m.func for m in field.metadata if isinstance(m, BeforeValidator)]
-    if any(v is parse_duration for v in validators):
-        return "duration"
-    if any(v is check_rate for v in validators):
-        return "rate"
+    # pydantic moves a bare Annotated's metadata onto the field; inside a union it stays put
+    if field.metadata:
+        return _type_text(typing.Annotated[(field.annotation, *field.metadata)])
     return _type_text(field.annotation)
 
 
 def _type_text(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        validators = [m.func for m in annotation.__metadata__ if isinstance(m, BeforeValidator)]
+        if parse_duration in validators:
+            return "duration"
+        if check_rate in validators:
+            return "rate"
+        return _type_text(args[0])
     if origin is typing.Literal:
         return " \\| ".join(f'"{a}"' for a in args)
     if origin in (types.UnionType, typing.Union):

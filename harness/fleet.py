@@ -1,6 +1,7 @@
 """A floodway app for fleet runs: one kind, ``img``, that calls the simulated provider over HTTP
-and consumes the resource ``sim`` (in-flight cap ``FLEET_CAP``, default 10). The kind trusts
-the provider to honour Idempotency-Key and looks work up after a crash, unless
+and consumes the resource ``sim`` (in-flight cap ``FLEET_CAP``, default 10; with
+``FLEET_ADAPTIVE=1`` no limit at all, ``adaptive`` only: the fleet learns them). The kind
+trusts the provider to honour Idempotency-Key and looks work up after a crash, unless
 ``FLEET_IDEMPOTENT=0`` / ``FLEET_LOOKUP=0``; ``FLEET_TIMEOUT`` is its call timeout (seconds).
 
     FLOODWAY_DATABASE=postgresql://... FLOODWAY_REDIS=redis://... SIM_URL=http://... \\
@@ -31,11 +32,12 @@ import redis.asyncio as aioredis
 from psycopg import sql as pgsql
 from redis.exceptions import RedisError
 
-from floodway import Context, FatalError, Floodway, RetryableError
+from floodway import Context, Floodway
 from floodway.clock import SystemClock
 from floodway.config import ResourceConfig, load_settings
 from floodway.limits.admission import AdmissionTuning, LimitsAdmission
 from floodway.limits.factory import build_backend
+from floodway.providers.responses import error_for, keep_headers
 from harness.processes import spawn_floodway, until
 
 RESOURCE = "sim"
@@ -52,6 +54,7 @@ def build(
     idempotent: bool | None = None,
     lookup: bool | None = None,
     timeout_s: float | None = None,
+    adaptive: bool | None = None,
 ) -> Floodway:
     """``tuning`` replaces floodway's admission knobs (e.g. a short ``claim_ttl_s``)."""
     env = os.environ.get
@@ -60,9 +63,10 @@ def build(
     timeout_s = float(env("FLEET_TIMEOUT", "60")) if timeout_s is None else timeout_s
     settings = load_settings(database=database, redis=redis)
     limit = cap if cap is not None else int(os.environ.get("FLEET_CAP", "10"))
-    settings = settings.model_copy(
-        update={"resources": {RESOURCE: ResourceConfig(concurrency=limit)}}
-    )
+    if adaptive is None:
+        adaptive = os.environ.get("FLEET_ADAPTIVE") == "1"
+    resource = ResourceConfig(adaptive=True) if adaptive else ResourceConfig(concurrency=limit)
+    settings = settings.model_copy(update={"resources": {RESOURCE: resource}})
     if tuning is not None:
         clock = SystemClock()
         backend = build_backend(settings, clock)
@@ -94,14 +98,9 @@ def build(
     )
     async def generate(ctx: Context, value: dict[str, Any]) -> Any:
         r = await client.post("/generate", json=value, headers={"Idempotency-Key": ctx.work_key})
-        if r.status_code == 429:
-            raise RetryableError("HTTP 429", throttled=True)
-        if r.status_code == 409:  # the same key is in progress: ask again later
-            raise RetryableError("HTTP 409", in_progress=True)
-        if r.status_code >= 500:
-            raise RetryableError(f"HTTP {r.status_code}")
-        if r.status_code >= 400:
-            raise FatalError(r.text)
+        keep_headers(ctx, r)  # the provider's rate-limit figures, for the limiter
+        if r.status_code >= 400:  # 429 -> throttled with its Retry-After, 5xx/409 -> retryable
+            raise error_for(r, ctx.now(), "POST /generate")
         return r.json()["result"]
 
     return fw
@@ -256,11 +255,14 @@ class WorkerProcess:
         return self.proc.wait()
 
 
-def _fleet_env(database: str, redis: str, sim_url: str, cap: int) -> dict[str, str]:
+def _fleet_env(
+    database: str, redis: str, sim_url: str, cap: int, adaptive: bool = False
+) -> dict[str, str]:
     return {
         "FLOODWAY_DATABASE": database,
         "FLOODWAY_REDIS": redis,
         "FLEET_CAP": str(cap),
+        "FLEET_ADAPTIVE": "1" if adaptive else "0",
         "SIM_URL": sim_url,
     }
 
@@ -281,9 +283,10 @@ def spawn_worker(
     idempotent: bool = True,
     lookup: bool = True,
     timeout_s: float = 60.0,
+    adaptive: bool = False,
 ) -> WorkerProcess:
     env = {
-        **_fleet_env(database, redis, sim_url, cap),
+        **_fleet_env(database, redis, sim_url, cap, adaptive),
         "FLOODWAY_WORKER__LEASE": lease,
         "FLEET_IDEMPOTENT": "1" if idempotent else "0",
         "FLEET_LOOKUP": "1" if lookup else "0",
@@ -317,10 +320,12 @@ class ApiProcess(WorkerProcess):
         return ids
 
 
-def spawn_api(database: str, redis: str, sim_url: str, log: Path, *, cap: int = 10) -> ApiProcess:
+def spawn_api(
+    database: str, redis: str, sim_url: str, log: Path, *, cap: int = 10, adaptive: bool = False
+) -> ApiProcess:
     port = free_port()
     args = ["api", "--host", "127.0.0.1", "--port", str(port)]
-    proc = _spawn(args, _fleet_env(database, redis, sim_url, cap), log)
+    proc = _spawn(args, _fleet_env(database, redis, sim_url, cap, adaptive), log)
     return ApiProcess(proc, log, url=f"http://127.0.0.1:{port}")
 
 

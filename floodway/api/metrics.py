@@ -38,9 +38,13 @@ class _Snapshot(Collector):
         fields = {
             "in_flight": "Requests in flight to the resource",
             "concurrency": "Current concurrency cap of the resource (0 = none)",
-            "rate_factor": "Adaptive rate factor of the resource (1 = full configured rate)",
+            "rate_factor": "Requests rate in force over the configured one (1 = configured)",
             "paused_for": "Seconds until the resource admits again after a 429 pause",
             "throttles": "429 answers this process has seen from the resource",
+            "throttles_limit": "429s this process judged a limit (pause, lower the estimate)",
+            "throttles_noise": "429s this process judged noise (only the refused task waited)",
+            "pauses": "Pauses of the whole resource this process imposed",
+            "sending_per_min": "Requests sent to the resource lately, per minute, fleet-wide",
         }
         for field, doc in fields.items():
             family = GaugeMetricFamily(f"floodway_resource_{field}", doc, labels=["resource"])
@@ -49,6 +53,7 @@ class _Snapshot(Collector):
                 if isinstance(value, int | float):
                     family.add_metric([name], float(value))
             yield family
+        yield from self._limits()
         for key, value in sorted(self.upstream.items()):
             yield GaugeMetricFamily(
                 f"floodway_upstream_{key}", f"provider {key} seen by this process", value=value
@@ -61,6 +66,29 @@ class _Snapshot(Collector):
         for result, count in sorted(self.callbacks_out.items()):
             out.add_metric([result], count)
         yield out
+
+    def _limits(self) -> Iterator[GaugeMetricFamily]:
+        limit = GaugeMetricFamily(
+            "floodway_resource_limit",
+            "Limit in force per dimension (slots; requests or tokens per minute) and its source "
+            "(configured, header: the provider's rate-limit headers, learned)",
+            labels=["resource", "dimension", "source"],
+        )
+        held = GaugeMetricFamily(
+            "floodway_resource_held_back",
+            "Candidates the last admission pass held back, by what held them (concurrency, "
+            "requests, tokens, pause, tenant cap, recovering)",
+            labels=["resource", "reason"],
+        )
+        for name, snap in sorted(self.resources.items()):
+            for dimension, value in sorted((snap.get("limits") or {}).items()):
+                if isinstance(value, dict) and isinstance(value.get("value"), int | float):
+                    limit.add_metric([name, dimension, str(value.get("source"))], value["value"])
+            for reason, count in sorted((snap.get("held_back_by") or {}).items()):
+                if isinstance(count, int | float):
+                    held.add_metric([name, reason], float(count))
+        yield limit
+        yield held
 
 
 class ApiMetrics:

@@ -120,7 +120,13 @@ class StatsOut(BaseModel):
     retrying: int
     dead_letters: int
     resources: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="the limiter's state per resource (operators only)"
+        default_factory=dict,
+        description="per resource: `limits` (each dimension's limit in force: value, source "
+        "configured | header | learned, and the configured, published and learned figures; "
+        "rates per minute), `in_flight`, `sending_per_min`, `paused_for`, 429s split into "
+        "`throttles_limit` and `throttles_noise`, `pauses`, and `held_back_by`: what held "
+        "candidates back in the last admission pass (concurrency, requests, tokens, pause, "
+        "tenant cap)",
     )
     upstream: dict[str, float] = Field(
         default_factory=dict,

@@ -8,10 +8,11 @@ until the provider's :class:`JobView` says the job ended.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from floodway.core.backoff import Backoff
+from floodway.core.job_durations import JobDurations
 from floodway.core.task import JSON
 
 JobState = Literal["done", "failed", "running"]
@@ -36,9 +37,11 @@ class PollSchedule:
 
     The first poll comes ``first_s`` after the submit: the kind's ``poll_after`` (set it near the
     *shortest* typical job duration), or ``callback_grace`` when the provider calls back and
-    polling is only the fallback for lost callbacks. After that, the gap before the next poll has
-    a ceiling of ``ratio`` x the job's age (capped at ``max_gap_s``) and is drawn by the one
-    backoff policy (:class:`~floodway.core.backoff.Backoff`, full jitter) over the top
+    polling is only the fallback for lost callbacks. With ``poll_after`` unset, a low quantile of
+    the kind's recent job durations (``durations``) plays its part once one job has finished.
+    After that, the gap before the next poll has a ceiling of ``ratio`` x the job's age (capped
+    at ``max_gap_s``) and is drawn by the one backoff policy
+    (:class:`~floodway.core.backoff.Backoff`, full jitter) over the top
     ``jitter`` share of that ceiling:
 
     - proportional to age, not to the number of polls: "still running at t" says the job is
@@ -58,9 +61,41 @@ class PollSchedule:
     jitter: float = 0.25
     min_gap_s: float = 0.01
     max_gap_s: float = 60.0
+    #: set when ``poll_after`` is not: no poll before a job's age reaches a low quantile of the
+    #: kind's recent durations (``first_s`` applies until one finished)
+    durations: JobDurations | None = field(default=None, compare=False)
+
+    def first_delay(self) -> float:
+        """Seconds from the submit to the first poll."""
+        learned = None if self.durations is None else self.durations.leave_alone_s()
+        return self.first_s if learned is None else learned
 
     def next_delay(self, age_s: float, polls: int, rng: random.Random | None = None) -> float:
         """Seconds until the next poll of a job ``age_s`` old that was polled ``polls`` times."""
         ceiling = min(self.max_gap_s, max(self.min_gap_s, self.ratio * max(0.0, age_s)))
         spread = ceiling * self.jitter
-        return ceiling - spread + Backoff(base_s=spread, cap_s=spread).delay(max(1, polls), rng)
+        delay = ceiling - spread + Backoff(base_s=spread, cap_s=spread).delay(max(1, polls), rng)
+        learned = None if self.durations is None else self.durations.leave_alone_s()
+        return delay if learned is None else max(delay, learned - age_s)
+
+    def observe(self, started_at: float, finished_at: float) -> None:
+        """A job of the kind submitted at ``started_at`` was seen finished at ``finished_at``."""
+        if self.durations is not None:
+            self.durations.record(started_at, finished_at)
+
+
+#: the first poll of a kind with no ``poll_after`` whose jobs have not finished yet
+DEFAULT_FIRST_POLL_S = 1.0
+
+
+def first_poll_after(
+    poll_after_s: float | None, *, ratio: float = 0.13, max_gap_s: float = 60.0
+) -> PollSchedule:
+    """The schedule of a kind whose first poll comes ``poll_after_s`` after the submit, or,
+    with None, after a low quantile of its recent jobs' durations."""
+    return PollSchedule(
+        first_s=DEFAULT_FIRST_POLL_S if poll_after_s is None else poll_after_s,
+        ratio=ratio,
+        max_gap_s=max_gap_s,
+        durations=JobDurations() if poll_after_s is None else None,
+    )

@@ -16,8 +16,11 @@ buckets (for an interactive one: no background candidate may), so the refused on
 soon as the refill covers it instead of being starved by a stream of small tasks.
 
 After the call, :meth:`LimitsAdmission.settle` squares the books: tokens to the actual usage,
-slots released, and on a 429 the whole resource is paused (Retry-After), its buckets emptied
-and, if ``adaptive``, its rates halved (AIMD; recovered by +5 % per quiet window).
+slots released, the provider's published figures read (:mod:`floodway.limits.headers`), and a
+429 judged (:mod:`floodway.limits.learning`): a limit pauses the whole resource until its
+Retry-After, empties its buckets and, if ``adaptive``, lowers the estimate of the dimension it
+is about; noise costs the refused task its own Retry-After and nothing else. While a learned
+limit holds work back and no 429 comes, it is probed upward (AIMD).
 """
 
 from __future__ import annotations
@@ -34,25 +37,59 @@ from floodway.core.task import Candidate, Lane
 from floodway.limits import order
 from floodway.limits.backend import (
     RECOVERING,
+    SENT,
+    THROTTLED,
     AcquireRequest,
     AcquireResult,
+    Bucket,
     Debit,
     LimiterBackend,
+    Meter,
     SlotClaim,
 )
-from floodway.limits.base import BucketSnapshot, Permit, ResourceSnapshot, Settlement
-from floodway.limits.headers import exhausted_pause, read_remaining
-from floodway.limits.plan import BucketPlan, ResourcePlan, tenant_slot_key
+from floodway.limits.base import (
+    BucketSnapshot,
+    LimitSnapshot,
+    Permit,
+    ResourceSnapshot,
+    Settlement,
+)
+from floodway.limits.headers import CONCURRENCY, REQUESTS, TOKENS, exhausted_pause, read_quotas
+from floodway.limits.learning import (
+    DIMENSIONS,
+    HEADER,
+    LEARNED,
+    RATES,
+    Limit,
+    Persistence,
+    Throttle,
+    Verdict,
+    cuts,
+    in_force,
+    judge,
+    published,
+)
+from floodway.limits.plan import ResourcePlan, tenant_slot_key
 
 log = logging.getLogger(__name__)
 
 # Names in Permit.holds: what a permit took, so settle/release give back exactly that.
 SLOT = "slot"  # 1.0: one of its resource's concurrency slots (slot id = task id)
 TENANT_SLOT = "tenant_slot"  # 1.0: one of its tenant's in-flight slots
-REQUESTS = "requests"  # 1.0 debited from the requests/min bucket
-TOKENS = "tokens"  # the estimated cost debited from the tokens/min bucket
+# REQUESTS: 1.0 debited from the requests bucket; TOKENS: the estimated cost from the tokens one
 GRANTED_AT = "granted_at"  # backend time of the grant: one AIMD decrease per round trip
 EPOCH = "epoch"  # the backend state's generation at the grant: lost slots are taken again
+IN_FLIGHT = "in_flight"  # the resource's calls in flight once this one took its slot
+
+#: why a candidate was held back, by the kind of key that refused it
+PAUSE, TENANT = "pause", "tenant cap"
+#: a resource with no in-flight limit in force still counts its calls, under this cap
+UNCAPPED = 1_000_000
+#: a grant time later than any: the cut applies whatever changed since
+ANY_ROUND = 1e300
+#: what held work back is shown while the pass that saw it is this recent (dispatchers pass
+#: at least once a second while work waits)
+HELD_FRESH_S = 5.0
 
 
 def orphan_slot(task_id: str) -> str:
@@ -76,14 +113,27 @@ class AdmissionTuning:
     claim_ttl_s: float = 10.0
     #: the slot kept by ``keep_slot`` (an upstream job still running) lasts this long
     upstream_slot_ttl_s: float = 900.0
-    decrease: float = 0.5  # multiplicative decrease on a 429
-    floor: float = 0.05  # the rate factor never drops below this
-    # Additive increase: +10 % of the configured rate per second of successes, so one halving
-    # is undone in ~5 s. Slower recovery (the first cut: +5 % per 5 s) cost the demo 2.5x its
-    # optimum when a provider sends the odd spontaneous 429.
-    recovery_step: float = 0.1  # additive increase, as a share of the configured rate
-    recovery_window_s: float = 1.0  # at most one increase per window of successes
-    throttle_pause_s: float = 1.0  # pause after a 429 that named no Retry-After
+    #: a limit 429 lowers a rate to this share of what was achieved (or of its estimate)
+    decrease: float = 0.9
+    floor: float = 0.05  # a lowered configured or published rate stays above this share of it
+    min_rate_per_s: float = 1 / 60  # a learned rate never drops below one request a minute
+    deepest_cut: float = 0.5  # one limit 429 never lowers an estimate below this share of it
+    #: additive increase of a lowered rate while it holds work back and no 429 comes: this
+    #: share of the rate it was cut to, per window
+    recovery_step: float = 0.03
+    recovery_window_s: float = 1.0  # at most one increase per window
+    #: a configured or published rate lowered by a limit 429 recovers faster (it is known good)
+    known_recovery_step: float = 0.1
+    initial_concurrency: int = 4  # slow start: calls at once to a resource of unknown cap
+    concurrency_probe_s: float = 5.0  # after a cut, one more slot per this long while full
+    meter_tau_s: float = 1.0  # the sending-rate meter reads the last second or so
+    least_sample: float = 2.0  # a rate is learned from this many accepted requests at least
+    bound_within_s: float = 2.0  # a limit "holds work back" if it refused one this recently
+    throttle_pause_s: float = 1.0  # pause after a limit 429 that named no Retry-After
+    #: 429s are "persistent" (a limit, whatever the load) past this share of recent answers
+    persistent_share: float = 0.1
+    persistent_least: float = 3.0  # ... and at least this many of them
+    persistent_tau_s: float = 10.0  # ... over about this long
     max_tenants: int = 4096  # tenants remembered for round-robin order
 
 
@@ -91,6 +141,20 @@ class AdmissionTuning:
 class _Counters:
     throttles: int = 0
     throttled_s: float = 0.0
+    limit: int = 0
+    noise: int = 0
+    pauses: int = 0
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """A resource's limits in force in this pass, and the estimates they were read from."""
+
+    estimates: dict[str, float]
+    by_dimension: dict[str, Limit | None]
+
+    def get(self, dimension: str) -> Limit | None:
+        return self.by_dimension.get(dimension)
 
 
 @dataclass(frozen=True)
@@ -111,18 +175,21 @@ class _Pass:
     wait: float | None = None  # least retry_in among the refusals
     recovering: bool = False  # the backend lost its state: it admits nothing for a while
 
-    def blocked(self, request: AcquireRequest) -> bool:
+    def blocked(self, request: AcquireRequest) -> str | None:
+        """The key that refuses this request for sure, from what the pass learned; else None."""
         if self.recovering:
-            return True
-        if any(g in self.closed for g in request.gates):
-            return True
-        if any(s.key in self.closed for s in request.slots):
-            return True
+            return RECOVERING
+        for gate in request.gates:
+            if gate in self.closed:
+                return gate
+        for claim in request.slots:
+            if claim.key in self.closed:
+                return claim.key
         for d in request.debits:
             key = d.bucket.key
             if key in self.reserved or d.cost >= self.floors.get(key, math.inf):
-                return True
-        return False
+                return key
+        return None
 
     def refused(self, request: AcquireRequest, result: AcquireResult, *, reserve: bool) -> None:
         costs = {d.bucket.key: d.cost for d in request.debits}
@@ -174,8 +241,19 @@ class LimitsAdmission:
         self._clock = clock
         self._tuning = tuning or AdmissionTuning()
         self._rotation = order.Rotation(self._tuning.max_tenants)
-        self._factors: dict[str, float] = {}  # last adaptive factor read or set, per resource
+        self._limits = {name: self._read(plan, {}) for name, plan in self._plans.items()}
         self._counters = {name: _Counters() for name in self._plans}
+        t = self._tuning
+        self._persistence = {
+            name: Persistence(t.persistent_tau_s, t.persistent_share, t.persistent_least)
+            for name in self._plans
+        }
+        self._published: dict[str, dict[str, float]] = {name: {} for name in self._plans}
+        #: resource -> dimension -> when it last refused a candidate in this process
+        self._bound: dict[str, dict[str, float]] = {name: {} for name in self._plans}
+        self._held: dict[str, dict[str, int]] = {name: {} for name in self._plans}
+        self._held_at: dict[str, float] = {}  # resource -> when its last pass held some back
+        self._probed: dict[str, dict[str, float]] = {}  # resource -> dimension -> last grow
         self._retry_at: float | None = None
 
     @property
@@ -200,7 +278,8 @@ class LimitsAdmission:
         unique = list({c.task_id: c for c in candidates}.values())
         if not unique or limit == 0:
             return []
-        await self._refresh_factors(unique)
+        names = await self._refresh(unique)
+        held: dict[str, dict[str, int]] = {name: {} for name in names}
         scan = _Pass()
         permits: list[Permit] = []
         for lane in (Lane.INTERACTIVE, Lane.BACKGROUND):
@@ -213,7 +292,9 @@ class LimitsAdmission:
                 if limit is not None and len(permits) >= limit:
                     break
                 attempt = self._attempt(c)
-                if scan.blocked(attempt.request):
+                blocker = scan.blocked(attempt.request)
+                if blocker is not None:
+                    self._note_held(attempt.plan, held, (blocker,), now)
                     continue
                 try:
                     result = await self._backend.acquire(attempt.request)
@@ -223,15 +304,20 @@ class LimitsAdmission:
                     raise
                 if result.granted:
                     holds = {**attempt.holds, GRANTED_AT: result.at, EPOCH: result.epoch}
+                    if attempt.plan is not None and attempt.plan.takes_slots and result.in_use:
+                        holds[IN_FLIGHT] = float(result.in_use[0])
                     name = attempt.plan.name if attempt.plan else None
                     permits.append(Permit(c.task_id, name, c.tenant, c.cost, holds))
                     rounds.admitted()
                     self._rotation.served(c.tenant)
                     continue
+                self._note_held(attempt.plan, held, result.refused, now)
                 aged = order.aged(c, now, self._tuning.aging_s)
                 scan.refused(attempt.request, result, reserve=aged)
                 if lane is Lane.INTERACTIVE:
                     scan.hold_for_background(attempt.request, result)
+        self._held.update(held)
+        self._held_at.update((name, now) for name, counts in held.items() if counts)
         if scan.wait is not None:
             self._retry_at = now + scan.wait
         return permits
@@ -249,11 +335,10 @@ class LimitsAdmission:
         try:
             plan = self._plan(permit.resource)
             if plan is not None:
-                factor = self._factor(plan)
-                for bucket, hold in ((plan.requests, REQUESTS), (plan.tokens, TOKENS)):
-                    taken = permit.holds.get(hold, 0.0)
-                    if bucket is not None and taken:
-                        await self._backend.settle(bucket.at(factor), -taken)
+                for dimension, bucket in self._buckets(plan).items():
+                    taken = permit.holds.get(dimension, 0.0)
+                    if taken:
+                        await self._backend.settle(bucket, -taken)
             await self.release_slots(permit)
         except LimiterUnavailable as exc:
             log.warning("could not release the permit of %s: %s", permit.task_id, exc)
@@ -262,18 +347,22 @@ class LimitsAdmission:
         return None if self._retry_at is None else max(0.0, self._retry_at - now)
 
     async def saturated(self, kinds: Sequence[str]) -> bool:
-        """One slot count per resource. A kind without a concurrency cap is never saturated,
+        """One slot count per resource. A kind without an in-flight cap is never saturated,
         nor is a resource limited only by buckets (their refill is timed, not signalled)."""
         names = {self._kinds.get(k) for k in kinds}
         plans = [self._plan(n) for n in names]
-        if not plans or any(p is None or not p.concurrency for p in plans):
+        caps = [None if p is None else self._limits[p.name].get(CONCURRENCY) for p in plans]
+        if not plans or any(cap is None for cap in caps):
             return False
-        for plan in plans:
-            assert plan is not None
-            cap = plan.concurrency_at(self._factor(plan))
-            if await self._backend.slots_in_use(plan.slot_key) < cap:
+        for plan, cap in zip(plans, caps, strict=True):
+            assert plan is not None and cap is not None
+            if await self._backend.slots_in_use(plan.slot_key) < cap.value:
                 return False
         self._retry_at = None  # only a release can help now: no timed wake-up
+        now = self._clock.now()
+        for plan in plans:  # full, with work waiting: the in-flight limit holds work back
+            assert plan is not None
+            self._bound[plan.name][CONCURRENCY] = now
         return True
 
     # -- for the engine -----------------------------------------------------------------------
@@ -338,11 +427,12 @@ class LimitsAdmission:
         plan = self._plan(self._kinds.get(kind))
         holds: dict[str, float] = {GRANTED_AT: 0.0}
         if plan is not None:
-            if plan.concurrency:
+            if plan.takes_slots:
                 holds[SLOT] = 1.0
-            if plan.requests is not None:
+            limits = self._limits[plan.name]
+            if limits.get(REQUESTS) is not None:
                 holds[REQUESTS] = 1.0
-            if plan.tokens is not None and cost > 0:
+            if limits.get(TOKENS) is not None and cost > 0:
                 holds[TOKENS] = cost
         if self._tenant_cap:
             holds[TENANT_SLOT] = 1.0
@@ -350,69 +440,96 @@ class LimitsAdmission:
 
     async def snapshot(self) -> dict[str, ResourceSnapshot]:
         out: dict[str, ResourceSnapshot] = {}
-        hint = self.next_admission_in(self._clock.now())
+        now = self._clock.now()
+        hint = self.next_admission_in(now)
         for name, plan in self._plans.items():
-            factor = await self._backend.rate_factor(plan.rate_key) if plan.adaptive else 1.0
-            self._factors[name] = factor
-            in_flight = await self._backend.slots_in_use(plan.slot_key) if plan.concurrency else 0
+            limits = await self._reread(plan)
+            buckets = self._buckets(plan)
+            in_flight = await self._backend.slots_in_use(plan.slot_key) if plan.takes_slots else 0
+            cap = limits.get(CONCURRENCY)
+            requests = limits.get(REQUESTS)
+            configured_rate = plan.configured(REQUESTS)
+            counters = self._counters[name]
+            sent = limits.estimates.get(SENT)
             out[name] = ResourceSnapshot(
-                concurrency=plan.concurrency_at(factor) if plan.concurrency else 0,
+                concurrency=int(cap.value) if cap else 0,
                 in_flight=in_flight,
-                requests=await self._bucket_snapshot(plan.requests, factor),
-                tokens=await self._bucket_snapshot(plan.tokens, factor),
-                rate_factor=factor,
+                requests=await self._bucket_snapshot(buckets.get(REQUESTS)),
+                tokens=await self._bucket_snapshot(buckets.get(TOKENS)),
+                rate_factor=requests.value / configured_rate
+                if requests and configured_rate
+                else 1.0,
                 paused_for=await self._backend.paused_for(plan.gate_key),
-                throttled_s=self._counters[name].throttled_s,
-                throttles=self._counters[name].throttles,
+                throttled_s=counters.throttled_s,
+                throttles=counters.throttles,
                 next_admission_in=hint,
+                limits=self._limit_snapshots(plan, limits),
+                throttles_limit=counters.limit,
+                throttles_noise=counters.noise,
+                pauses=counters.pauses,
+                sending_per_min=None if sent is None else sent / self._tuning.meter_tau_s * 60,
+                held_back_by=dict(self._held[name])
+                if self._held_at.get(name, -math.inf) >= now - HELD_FRESH_S
+                else {},
             )
         return out
 
     async def aclose(self) -> None:
         await self._backend.aclose()
 
-    # -- internals ----------------------------------------------------------------------------
-    async def _settle(self, permit: Permit, settlement: Settlement, now: float) -> None:
-        plan = self._plan(permit.resource)
-        if plan is not None:
-            if plan.tokens is not None and settlement.actual_cost is not None:
-                delta = settlement.actual_cost - permit.holds.get(TOKENS, 0.0)
-                if delta:
-                    await self._backend.settle(plan.tokens.at(self._factor(plan)), delta)
-            # Pause before releasing the slot: nothing may slip into the freed slot first.
-            if settlement.throttled:
-                await self._throttled(plan, permit, settlement)
-            elif plan.adaptive and self._factor(plan) < 1.0:
-                self._factors[plan.name] = await self._backend.increase_rate(
-                    plan.rate_key,
-                    step=self._tuning.recovery_step,
-                    cap=1.0,
-                    interval_s=self._tuning.recovery_window_s,
-                )
-            if settlement.headers:
-                await self._resync(plan, permit, settlement.headers, now)
-        if settlement.keep_slot:
-            await self.renew([permit], self._tuning.upstream_slot_ttl_s)
-        elif settlement.still_running_s is not None:
-            await self.hold(permit, self._clock.now() + settlement.still_running_s)
-        else:
-            await self.release_slots(permit)
-
+    # -- internals: what is in force ----------------------------------------------------------
     def _plan(self, resource: str | None) -> ResourcePlan | None:
         # A resource named by a kind but not configured limits nothing.
         return None if resource is None else self._plans.get(resource)
 
-    def _factor(self, plan: ResourcePlan) -> float:
-        return self._factors.get(plan.name, 1.0) if plan.adaptive else 1.0
+    def _meter(self, plan: ResourcePlan) -> Meter | None:
+        return Meter(plan.estimates_key, self._tuning.meter_tau_s) if plan.adaptive else None
 
-    async def _refresh_factors(self, candidates: Sequence[Candidate]) -> None:
-        """Read each adaptive resource's shared factor once per pass (another process may
-        have changed it)."""
-        names = {self._kinds.get(c.kind) for c in candidates}
-        for name in names:
-            plan = self._plan(name)
-            if plan is not None and plan.adaptive:
-                self._factors[plan.name] = await self._backend.rate_factor(plan.rate_key)
+    def _read(self, plan: ResourcePlan, estimates: dict[str, float]) -> _Limits:
+        by_dimension = {
+            d: in_force(
+                d,
+                plan.configured(d),
+                estimates,
+                adaptive=plan.adaptive,
+                headroom=plan.config.headroom,
+                initial_concurrency=self._tuning.initial_concurrency,
+            )
+            for d in DIMENSIONS
+        }
+        return _Limits(estimates, by_dimension)
+
+    async def _reread(self, plan: ResourcePlan) -> _Limits:
+        """The shared estimates of an adaptive resource, fresh (another process may have
+        changed them); a resource that is not adaptive has only its configuration."""
+        if plan.adaptive:
+            estimates = await self._backend.estimates(plan.estimates_key, self._meter(plan))
+            self._limits[plan.name] = self._read(plan, estimates)
+        return self._limits[plan.name]
+
+    async def _refresh(self, candidates: Sequence[Candidate]) -> set[str]:
+        """Read each candidate resource's estimates once per pass; their names."""
+        names = set()
+        for c in candidates:
+            plan = self._plan(self._kinds.get(c.kind))
+            if plan is not None and plan.name not in names:
+                names.add(plan.name)
+                await self._reread(plan)
+        return names
+
+    def _buckets(self, plan: ResourcePlan) -> dict[str, Bucket]:
+        limits = self._limits[plan.name]
+        out = {}
+        for dimension in RATES:
+            limit = limits.get(dimension)
+            if limit is not None:
+                header = limit.source == HEADER or (
+                    limit.source == LEARNED
+                    and plan.configured(dimension) is None
+                    and published(dimension) in limits.estimates
+                )
+                out[dimension] = plan.bucket(dimension, limit.value, published=header)
+        return out
 
     def _attempt(self, c: Candidate) -> _Attempt:
         plan = self._plan(self._kinds.get(c.kind))
@@ -421,24 +538,31 @@ class LimitsAdmission:
         gates: tuple[str, ...] = ()
         slots: list[SlotClaim] = []
         debits: list[Debit] = []
+        meter = None
         if plan is not None:
-            factor = self._factor(plan)
+            limits = self._limits[plan.name]
             gates = (plan.gate_key,)
-            if plan.concurrency:
-                cap = plan.concurrency_at(factor)
+            if plan.takes_slots:
+                cap = limits.get(CONCURRENCY)
+                limit = int(cap.value) if cap else UNCAPPED
                 # A resubmission inherits the slot its own orphaned call still holds.
-                slots.append(SlotClaim(plan.slot_key, cap, c.task_id, ttl, orphan_slot(c.task_id)))
+                slots.append(
+                    SlotClaim(plan.slot_key, limit, c.task_id, ttl, orphan_slot(c.task_id))
+                )
                 holds[SLOT] = 1.0
-            if plan.requests is not None:
-                debits.append(Debit(plan.requests.at(factor), 1.0))
+            buckets = self._buckets(plan)
+            if REQUESTS in buckets:
+                debits.append(Debit(buckets[REQUESTS], 1.0))
                 holds[REQUESTS] = 1.0
-            if plan.tokens is not None and c.cost > 0:
-                debits.append(Debit(plan.tokens.at(factor), c.cost))
+            if TOKENS in buckets and c.cost > 0:
+                debits.append(Debit(buckets[TOKENS], c.cost))
                 holds[TOKENS] = c.cost
+            meter = self._meter(plan)
         if self._tenant_cap:
             slots.append(SlotClaim(tenant_slot_key(c.tenant), self._tenant_cap, c.task_id, ttl))
             holds[TENANT_SLOT] = 1.0
-        return _Attempt(plan, AcquireRequest(tuple(debits), tuple(slots), gates), holds)
+        request = AcquireRequest(tuple(debits), tuple(slots), gates, meter)
+        return _Attempt(plan, request, holds)
 
     def _slot_keys(self, permit: Permit, plan: ResourcePlan | None) -> list[str]:
         keys = []
@@ -448,49 +572,264 @@ class LimitsAdmission:
             keys.append(tenant_slot_key(permit.tenant))
         return keys
 
-    async def _throttled(self, plan: ResourcePlan, permit: Permit, settlement: Settlement) -> None:
-        """A 429: the provider is full now, whatever our buckets believe."""
+    def _note_held(
+        self,
+        plan: ResourcePlan | None,
+        held: dict[str, dict[str, int]],
+        refused: Sequence[str],
+        now: float,
+    ) -> None:
+        """Count why a candidate of this resource was held back, and remember which of its
+        limits hold work back (they are the ones worth probing upward)."""
+        if plan is None:
+            return
+        reasons = {
+            plan.gate_key: PAUSE,
+            plan.slot_key: CONCURRENCY,
+            f"r:{plan.name}:{REQUESTS}": REQUESTS,
+            f"r:{plan.name}:{TOKENS}": TOKENS,
+            RECOVERING: RECOVERING,
+        }
+        counts = held.setdefault(plan.name, {})
+        for key in refused:
+            reason = reasons.get(key, TENANT if key.startswith("t:") else key)
+            counts[reason] = counts.get(reason, 0) + 1
+            if reason in DIMENSIONS:
+                self._bound[plan.name][reason] = now
+
+    # -- internals: after the call ------------------------------------------------------------
+    async def _settle(self, permit: Permit, settlement: Settlement, now: float) -> None:
+        plan = self._plan(permit.resource)
+        if plan is not None:
+            tokens = self._buckets(plan).get(TOKENS)
+            if tokens is not None and settlement.actual_cost is not None:
+                delta = settlement.actual_cost - permit.holds.get(TOKENS, 0.0)
+                if delta:
+                    await self._backend.settle(tokens, delta)
+            if not settlement.keep_slot:  # an answer (a parked job is still running)
+                self._persistence[plan.name].record(now, throttled=settlement.throttled)
+            # Pause before releasing the slot: nothing may slip into the freed slot first.
+            if settlement.throttled:
+                await self._throttled(plan, permit, settlement, now)
+            if settlement.headers:
+                await self._resync(plan, permit, settlement.headers, now)
+        if settlement.keep_slot:
+            await self.renew([permit], self._tuning.upstream_slot_ttl_s)
+        elif settlement.still_running_s is not None:
+            await self.hold(permit, self._clock.now() + settlement.still_running_s)
+        else:
+            await self.release_slots(permit)
+        if plan is not None and plan.adaptive and not settlement.throttled:
+            await self._probe(plan, now)
+
+    async def _throttled(
+        self, plan: ResourcePlan, permit: Permit, settlement: Settlement, now: float
+    ) -> None:
+        """A 429: judge it, then pause and lower what it is about, or let it pass as noise."""
         counters = self._counters[plan.name]
         counters.throttles += 1
-        pause = settlement.retry_after
-        if pause is None:
-            pause = self._tuning.throttle_pause_s
-        if pause > 0:
-            counters.throttled_s += await self._backend.pause(plan.gate_key, pause)
+        verdict = judge(await self._facts(plan, permit, settlement, now))
+        if not verdict.limit:
+            counters.noise += 1
+            log.info("resource %s: a 429 taken for noise (%s)", plan.name, verdict.why)
+            return
+        counters.limit += 1
+        log.info("resource %s: a 429 taken for a limit (%s)", plan.name, verdict.why)
+        if not verdict.concurrency_only:
+            # A refusal for too many calls in flight needs no pause: the lowered in-flight cap
+            # already holds new calls back until one ends, which is what frees the provider.
+            pause = settlement.retry_after
+            if pause is None:
+                pause = self._tuning.throttle_pause_s
+            if pause > 0:
+                added = await self._backend.pause(plan.gate_key, pause)
+                counters.throttled_s += added
+                counters.pauses += added > 0
         if plan.adaptive:
-            self._factors[plan.name] = await self._backend.decrease_rate(
-                plan.rate_key,
-                multiplier=self._tuning.decrease,
-                floor=self._tuning.floor,
-                granted_at=permit.holds.get(GRANTED_AT, 0.0),
+            await self._lower(plan, permit, verdict)
+        await self._reread(plan)
+        buckets = self._buckets(plan)
+        spent = [d for d in RATES if d in verdict.dimensions] or list(RATES)
+        for dimension in spent:
+            if dimension in buckets and not verdict.concurrency_only:
+                await self._backend.clamp(buckets[dimension], 0.0)
+
+    async def _facts(
+        self, plan: ResourcePlan, permit: Permit, settlement: Settlement, now: float
+    ) -> Throttle:
+        limits = self._limits[plan.name]
+        meter = self._meter(plan)
+        rate = None
+        if meter is not None:
+            await self._backend.tick(meter, THROTTLED)
+            limits = await self._reread(plan)
+            rate = limits.estimates.get(SENT, 0.0) / meter.tau_s
+        exhausted = frozenset(
+            q.dimension
+            for q in read_quotas(settlement.headers, now)
+            if q.dimension in RATES
+            and exhausted_pause(q, 1.0 if q.dimension == REQUESTS else permit.cost)
+        )
+        return Throttle(
+            limits=limits.by_dimension,
+            in_flight=permit.holds.get(IN_FLIGHT),
+            sending_rate=rate,
+            adaptive=plan.adaptive,
+            concurrency_hint="concurren" in settlement.reason.lower(),
+            exhausted=exhausted,
+            persistent=self._persistence[plan.name].persistent(now),
+        )
+
+    async def _lower(self, plan: ResourcePlan, permit: Permit, verdict: Verdict) -> None:
+        """Cut the estimate of each dimension the limit 429 is about (one cut per round trip:
+        every request of the round was sent under the old estimate)."""
+        limits = self._limits[plan.name]
+        granted_at = permit.holds.get(GRANTED_AT, 0.0)
+        t = self._tuning
+        key = plan.estimates_key
+        for dimension in verdict.dimensions:
+            limit = limits.get(dimension)
+            if dimension == CONCURRENCY:
+                in_flight = permit.holds.get(IN_FLIGHT)
+                if in_flight is not None:
+                    to = in_flight - 1  # the provider refused the one that made it in_flight
+                elif limit is not None:
+                    to = limit.value * t.decrease
+                else:
+                    continue
+                # Not once per round trip: the target is absolute, not a share of the estimate,
+                # so every refusal of a round may lower it, and the one sent with the fewest
+                # calls in flight says the most (the first one processed may be the last sent).
+                await self._backend.cut(key, dimension, to, floor=1.0, granted_at=ANY_ROUND)
+                continue
+            achieved = self._achieved(limits) if dimension == REQUESTS else None
+            current = math.inf if limit is None else limit.value
+            if limit is None and (achieved is None or achieved * t.meter_tau_s < t.least_sample):
+                continue  # too few answers to measure a rate: the pause alone, this time
+            to = t.decrease * min(current, math.inf if achieved is None else achieved)
+            if math.isfinite(current):  # a round of 429s accepts little: not a reason to crash
+                to = max(to, t.deepest_cut * current)
+            ceiling = None if limit is None else limit.ceiling
+            floor = t.min_rate_per_s
+            if ceiling is not None and math.isfinite(ceiling):
+                floor = max(floor, t.floor * ceiling)
+            await self._backend.cut(key, dimension, to, floor=floor, granted_at=granted_at)
+
+    def _achieved(self, limits: _Limits) -> float:
+        """Requests per second the provider accepted lately (sent less refused)."""
+        sent = limits.estimates.get(SENT, 0.0)
+        refused = limits.estimates.get(THROTTLED, 0.0)
+        return max(0.0, sent - refused) / self._tuning.meter_tau_s
+
+    async def _probe(self, plan: ResourcePlan, now: float) -> None:
+        """No 429: raise each learned limit that held work back lately, one step (AIMD)."""
+        limits = self._limits[plan.name]
+        bound = self._bound[plan.name]
+        t = self._tuning
+        for dimension in DIMENSIONS:
+            limit = limits.get(dimension)
+            if limit is None or limit.source != LEARNED:
+                continue
+            if bound.get(dimension, -math.inf) < now - t.bound_within_s:
+                continue
+            if dimension == CONCURRENCY:
+                slow_start = not cuts(limits.estimates, dimension)
+                step, interval = 1.0, 0.0 if slow_start else t.concurrency_probe_s
+                start = limit.value
+            else:
+                known = math.isfinite(limit.ceiling)
+                base = limits.estimates.get(f"{dimension}:b", limit.value)
+                share = t.known_recovery_step if known else t.recovery_step
+                step = share * (limit.ceiling if known else base)
+                interval, start = t.recovery_window_s, limit.value
+            tried = self._probed.setdefault(plan.name, {})
+            if now - tried.get(dimension, -math.inf) < interval:
+                continue  # the backend would refuse it too: spare the round trip
+            tried[dimension] = now
+            await self._backend.grow(
+                plan.estimates_key,
+                dimension,
+                start=start,
+                step=step,
+                cap=limit.ceiling,
+                interval_s=interval,
             )
-        factor = self._factor(plan)
-        for bucket in plan.buckets():
-            await self._backend.clamp(bucket.at(factor), 0.0)
 
     async def _resync(
         self, plan: ResourcePlan, permit: Permit, headers: Mapping[str, str], now: float
     ) -> None:
-        """Lower our buckets to what the provider says is left (never raise them). A dimension
-        we do not meter, reported exhausted, pauses the resource instead."""
-        factor = self._factor(plan)
-        for r in read_remaining(headers, now):
-            bucket: BucketPlan | None = plan.requests if r.dimension == REQUESTS else plan.tokens
-            if bucket is not None:
-                if r.remaining < bucket.capacity:
-                    await self._backend.clamp(bucket.at(factor), r.remaining)
+        """Take in the provider's published figures: lower our buckets to what it says is
+        left (never raise them), pause the resource when a dimension we do not meter is
+        spent, and (adaptive) keep its published limits as the limits in force where nothing
+        lower is configured."""
+        buckets = self._buckets(plan)
+        figures: dict[str, float] = {}
+        for q in read_quotas(headers, now):
+            rate = q.per_second
+            if q.dimension == CONCURRENCY and q.limit is not None:
+                figures[published(CONCURRENCY)] = min(
+                    q.limit, figures.get(published(CONCURRENCY), math.inf)
+                )
+            elif rate is not None:
+                figures[published(q.dimension)] = min(
+                    rate, figures.get(published(q.dimension), math.inf)
+                )
+            if q.dimension == CONCURRENCY or q.remaining is None:
                 continue
-            need = 1.0 if r.dimension == REQUESTS else permit.cost
-            pause = exhausted_pause(r, need)
+            bucket = buckets.get(q.dimension)
+            if bucket is not None:
+                if q.remaining < bucket.capacity:
+                    await self._backend.clamp(bucket, q.remaining)
+                continue
+            need = 1.0 if q.dimension == REQUESTS else permit.cost
+            pause = exhausted_pause(q, need)
             if pause:
+                counters = self._counters[plan.name]
                 added = await self._backend.pause(plan.gate_key, pause)
-                self._counters[plan.name].throttled_s += added
+                counters.throttled_s += added
+                counters.pauses += added > 0
+        if plan.adaptive:
+            await self._publish(plan, figures)
 
-    async def _bucket_snapshot(
-        self, plan: BucketPlan | None, factor: float
-    ) -> BucketSnapshot | None:
-        if plan is None:
+    async def _publish(self, plan: ResourcePlan, figures: dict[str, float]) -> None:
+        """Write the published figures to the shared estimates when they changed (each
+        response carries them; one write per change, not per response)."""
+        known = self._published[plan.name]
+        changed = {k: v for k, v in figures.items() if known.get(k) != v}
+        if changed:
+            await self._backend.note(plan.estimates_key, changed)
+            known.update(changed)
+            await self._reread(plan)
+
+    def _limit_snapshots(self, plan: ResourcePlan, limits: _Limits) -> dict[str, LimitSnapshot]:
+        out = {}
+        for dimension in DIMENSIONS:
+            limit = limits.get(dimension)
+            if limit is None:
+                continue
+            scale = 1.0 if dimension == CONCURRENCY else 60.0  # rates per minute, as configured
+            configured = plan.configured(dimension)
+            figure = limits.estimates.get(published(dimension))
+            learned = limits.estimates.get(dimension)
+            slow_start = (
+                dimension == CONCURRENCY
+                and limit.source == LEARNED
+                and not cuts(limits.estimates, dimension)
+            )
+            out[dimension] = LimitSnapshot(
+                value=limit.value * scale,
+                source=limit.source,
+                configured=None if configured is None else configured * scale,
+                published=None if figure is None else figure * scale,
+                learned=limit.value * scale
+                if slow_start and learned is None
+                else (None if learned is None else learned * scale),
+                slow_start=slow_start,
+            )
+        return out
+
+    async def _bucket_snapshot(self, bucket: Bucket | None) -> BucketSnapshot | None:
+        if bucket is None:
             return None
-        bucket = plan.at(factor)
         level = await self._backend.level(bucket)
         return BucketSnapshot(bucket.capacity, level, bucket.refill_per_s)

@@ -6,8 +6,11 @@ string keys and changes each atomically:
 * **token buckets** (a level and the time it was measured; refilled lazily on every touch),
 * **concurrency slots** (a set of slot ids, each with an expiry, so a crashed process cannot
   leak a slot: its entries simply expire),
-* **gates** (a pause until some instant, for Retry-After) and **rate factors** (the adaptive
-  multiplier on a resource's refill rates).
+* **gates** (a pause until some instant, for Retry-After),
+* **estimates**: one hash per resource of what the fleet learned about the provider's limits
+  (a learned in-flight cap, learned rates, the figures its rate-limit headers published) and a
+  **meter** of its sending rate (decaying counts of requests sent and of 429s), so every process
+  enforces the same estimate.
 
 A shared backend can lose its state (a Redis restarted without persistence). Its **generation**
 (:attr:`AcquireResult.epoch`) then changes: slots taken in an older generation are taken again
@@ -22,7 +25,7 @@ request changes nothing. Two implementations: :mod:`floodway.limits.local` (one 
 Durations cross this seam, never instants: each backend measures time with its own clock (the
 injected :class:`~floodway.clock.Clock` locally, the Redis server's ``TIME`` in Lua), so host
 clocks need not agree. The one instant that leaves a backend, :attr:`AcquireResult.at`, is only
-ever handed back to the same backend (:meth:`LimiterBackend.decrease_rate`).
+ever handed back to the same backend (:meth:`LimiterBackend.cut`).
 """
 
 from __future__ import annotations
@@ -69,12 +72,27 @@ class SlotClaim:
 
 
 @dataclass(frozen=True)
+class Meter:
+    """A resource's sending-rate meter: decaying counts with time constant ``tau_s``, so a
+    count divided by ``tau_s`` reads as a rate over about the last ``tau_s`` seconds."""
+
+    key: str
+    tau_s: float
+
+
+#: the meter's fields: requests sent (counted by a granted acquire) and 429s (by :meth:`tick`)
+SENT = "sent"
+THROTTLED = "throttled"
+
+
+@dataclass(frozen=True)
 class AcquireRequest:
     """Everything one task needs, taken together or not at all."""
 
     debits: tuple[Debit, ...] = ()
     slots: tuple[SlotClaim, ...] = ()
     gates: tuple[str, ...] = ()  # pause keys that must not be closed
+    meter: Meter | None = None  # counts one request sent when granted
 
 
 @dataclass(frozen=True)
@@ -92,6 +110,8 @@ class AcquireResult:
     #: the generation of the backend's state this decision was made in (see the module doc);
     #: hand it back to :meth:`LimiterBackend.renew_slot`
     epoch: float = 0.0
+    #: slots in use under each claimed key once this grant took its own (empty if refused)
+    in_use: tuple[int, ...] = ()
 
 
 class LimiterBackend(Protocol):
@@ -145,22 +165,36 @@ class LimiterBackend(Protocol):
         """Slots held and not expired."""
         ...
 
-    async def rate_factor(self, key: str) -> float:
-        """The adaptive multiplier on a resource's rates, in ``(0, 1]``; 1.0 if never set."""
+    async def estimates(self, key: str, meter: Meter | None = None) -> dict[str, float]:
+        """Every field of a resource's estimates hash (see :mod:`floodway.limits.learning`),
+        with the meter's counts decayed to now when ``meter`` is given. Empty if none."""
         ...
 
-    async def decrease_rate(
-        self, key: str, *, multiplier: float, floor: float, granted_at: float
+    async def cut(
+        self, key: str, field: str, value: float, *, floor: float, granted_at: float
     ) -> float:
-        """Multiply the factor by ``multiplier`` (not below ``floor``) unless it was already
-        decreased after ``granted_at`` (an :attr:`AcquireResult.at`): the throttled request
-        was sent at the old rate, so it says nothing about the new one. One decrease per
-        round trip, however many requests of that round were throttled. Returns the factor."""
+        """Lower an estimate to ``value`` (not below ``floor``; an absent one is set) unless it
+        already changed after ``granted_at`` (an :attr:`AcquireResult.at`): the refused
+        request was sent under the old estimate, so it says nothing about the new one. One cut
+        per round trip, however many requests of that round were refused. Records when
+        (``<field>:t``), the value cut to (``<field>:b``, the base of later additive steps) and
+        counts the cuts (``<field>:n``). Returns the estimate."""
         ...
 
-    async def increase_rate(self, key: str, *, step: float, cap: float, interval_s: float) -> float:
-        """Add ``step`` to the factor (up to ``cap``) if it last changed at least
-        ``interval_s`` ago. Returns the factor."""
+    async def grow(
+        self, key: str, field: str, *, start: float, step: float, cap: float, interval_s: float
+    ) -> float:
+        """Add ``step`` to an estimate (``start`` when absent), at most once per ``interval_s``
+        since it last changed. Reaching ``cap`` removes it: the configured or published limit
+        is in force again. Returns the estimate (``cap`` once removed)."""
+        ...
+
+    async def note(self, key: str, fields: dict[str, float]) -> None:
+        """Set fields of the estimates hash as they are (a provider's published figures)."""
+        ...
+
+    async def tick(self, meter: Meter, field: str) -> None:
+        """Count one event (a 429) in a resource's meter."""
         ...
 
     async def pause(self, key: str, seconds: float) -> float:

@@ -39,28 +39,52 @@ class Settlement:
     #: running): its slot stays taken this long at most, for the task's next attempt to take
     #: over
     still_running_s: float | None = None
+    #: the provider's error type and message, when it refused: "too many concurrent requests"
+    #: tells a concurrency limit from a rate limit
+    reason: str = ""
 
 
 @dataclass(frozen=True)
 class BucketSnapshot:
     capacity: float
     level: float
-    refill_per_s: float  # adaptive factor applied
+    refill_per_s: float  # the rate in force
+
+
+@dataclass(frozen=True)
+class LimitSnapshot:
+    """One dimension's limit in force and where it comes from."""
+
+    value: float  # slots, or per minute for the rates (as configured)
+    source: str  # configured | header | learned
+    configured: float | None  # per minute for the rates, at headroom
+    published: float | None  # the provider's figure (its headers), per minute for the rates
+    learned: float | None  # the fleet's estimate, per minute for the rates
+    slow_start: bool = False  # learned concurrency that no 429 has bounded yet
 
 
 @dataclass(frozen=True)
 class ResourceSnapshot:
     """A resource's state for metrics. Counters are this process's own."""
 
-    concurrency: int  # in-flight cap now (headroom and adaptive factor applied); 0 = none
+    concurrency: int  # in-flight cap in force; 0 = none
     in_flight: int
     requests: BucketSnapshot | None
     tokens: BucketSnapshot | None
-    rate_factor: float
+    rate_factor: float  # the requests rate in force over the configured one (1.0 if none)
     paused_for: float  # seconds until the resource admits again after a pause
     throttled_s: float  # seconds of pause this process imposed (Retry-After, exhausted headers)
     throttles: int  # 429s this process saw
     next_admission_in: float | None = None
+    #: dimension -> its limit in force (absent: nothing limits that dimension)
+    limits: dict[str, LimitSnapshot] = field(default_factory=dict)
+    throttles_limit: int = 0  # 429s judged a limit (they paused the resource or cut a limit)
+    throttles_noise: int = 0  # 429s judged noise (only the refused task waited)
+    pauses: int = 0  # pauses this process imposed
+    sending_per_min: float | None = None  # requests sent lately, fleet-wide (adaptive only)
+    #: what held candidates back in this process's last admission pass (reason -> how many):
+    #: concurrency, requests, tokens, pause, tenant cap, recovering
+    held_back_by: dict[str, int] = field(default_factory=dict)
 
 
 class Admission(Protocol):

@@ -7,10 +7,11 @@ Time comes from the injected clock, so tests drive refills and expiries with a f
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from floodway.clock import Clock
-from floodway.limits.backend import AcquireRequest, AcquireResult, Bucket
+from floodway.limits.backend import SENT, THROTTLED, AcquireRequest, AcquireResult, Bucket, Meter
 
 
 @dataclass
@@ -22,12 +23,6 @@ class _Level:
 
     def full_at(self, now: float) -> bool:
         return self.level + max(0.0, now - self.at) * self.refill_per_s >= self.capacity
-
-
-@dataclass
-class _Rate:
-    factor: float
-    changed_at: float
 
 
 #: sweep forgotten state every this many writes (the dicts would otherwise grow with every
@@ -44,7 +39,7 @@ class LocalLimiterBackend:
         self._writes = 0
         self._buckets: dict[str, _Level] = {}
         self._slots: dict[str, dict[str, float]] = {}  # key -> slot id -> expiry
-        self._rates: dict[str, _Rate] = {}
+        self._estimates: dict[str, dict[str, float]] = {}
         self._gates: dict[str, float] = {}  # key -> paused until
 
     async def now(self) -> float:
@@ -83,13 +78,17 @@ class LocalLimiterBackend:
         if refused:
             return AcquireResult(False, now, tuple(refused), tuple(held), wait, EPOCH)
 
+        in_use = []
         for claim in request.slots:
             slots = self._slots.setdefault(claim.key, {})
             slots.pop(claim.replaces, None)
             slots[claim.slot_id] = now + claim.ttl_s
+            in_use.append(len(slots))
         for debit, level in zip(request.debits, levels, strict=True):
             self._store(debit.bucket, level - debit.cost, now)
-        return AcquireResult(True, now, epoch=EPOCH)
+        if request.meter is not None:
+            self._count(request.meter, SENT, now)
+        return AcquireResult(True, now, epoch=EPOCH, in_use=tuple(in_use))
 
     # -- buckets ----------------------------------------------------------------------------
     async def settle(self, bucket: Bucket, delta: float) -> float:
@@ -131,30 +130,55 @@ class LocalLimiterBackend:
     async def slots_in_use(self, key: str) -> int:
         return len(self._live_slots(key, self._clock.now()))
 
-    # -- adaptive rate ----------------------------------------------------------------------
-    async def rate_factor(self, key: str) -> float:
-        rate = self._rates.get(key)
-        return 1.0 if rate is None else rate.factor
+    # -- estimates ---------------------------------------------------------------------------
+    async def estimates(self, key: str, meter: Meter | None = None) -> dict[str, float]:
+        fields = dict(self._estimates.get(key, {}))
+        if meter is not None:
+            fields.update(_decayed(fields, meter, self._clock.now()))
+        return fields
 
-    async def decrease_rate(
-        self, key: str, *, multiplier: float, floor: float, granted_at: float
+    async def cut(
+        self, key: str, field: str, value: float, *, floor: float, granted_at: float
     ) -> float:
         now = self._clock.now()
-        rate = self._rates.get(key)
-        if rate is not None and rate.changed_at > granted_at:
-            return rate.factor
-        factor = max(floor, (1.0 if rate is None else rate.factor) * multiplier)
-        self._rates[key] = _Rate(factor, now)
-        return factor
+        fields = self._estimates.setdefault(key, {})
+        current = fields.get(field)
+        if current is not None and fields.get(f"{field}:t", -math.inf) > granted_at:
+            return current
+        lowered = max(floor, value if current is None else min(current, value))
+        fields[field] = fields[f"{field}:b"] = lowered
+        fields[f"{field}:t"] = now
+        fields[f"{field}:n"] = fields.get(f"{field}:n", 0.0) + 1
+        return lowered
 
-    async def increase_rate(self, key: str, *, step: float, cap: float, interval_s: float) -> float:
+    async def grow(
+        self, key: str, field: str, *, start: float, step: float, cap: float, interval_s: float
+    ) -> float:
         now = self._clock.now()
-        rate = self._rates.get(key)
-        if rate is None or rate.factor >= cap or now - rate.changed_at < interval_s:
-            return 1.0 if rate is None else rate.factor
-        rate.factor = min(cap, rate.factor + step)
-        rate.changed_at = now
-        return rate.factor
+        fields = self._estimates.setdefault(key, {})
+        current = fields.get(field, start)
+        if now - fields.get(f"{field}:t", -math.inf) < interval_s:
+            return current
+        grown = current + step
+        if grown >= cap:
+            fields.pop(field, None)
+            fields[f"{field}:t"] = now
+            return cap
+        fields[field] = grown
+        fields[f"{field}:t"] = now
+        return grown
+
+    async def note(self, key: str, fields: dict[str, float]) -> None:
+        self._estimates.setdefault(key, {}).update(fields)
+
+    async def tick(self, meter: Meter, field: str) -> None:
+        self._count(meter, field, self._clock.now())
+
+    def _count(self, meter: Meter, field: str, now: float) -> None:
+        fields = self._estimates.setdefault(meter.key, {})
+        fields.update(_decayed(fields, meter, now))
+        fields[field] += 1.0
+        fields["meter:t"] = now
 
     # -- gates ------------------------------------------------------------------------------
     async def pause(self, key: str, seconds: float) -> float:
@@ -203,6 +227,13 @@ class LocalLimiterBackend:
         for slot_id in [s for s, expiry in slots.items() if expiry <= now]:
             del slots[slot_id]
         return slots
+
+
+def _decayed(fields: dict[str, float], meter: Meter, now: float) -> dict[str, float]:
+    """The meter's counts as of ``now``: each decays by e^(-elapsed / tau)."""
+    elapsed = max(0.0, now - fields.get("meter:t", now))
+    keep = math.exp(-elapsed / meter.tau_s)
+    return {f: fields.get(f, 0.0) * keep for f in (SENT, THROTTLED)}
 
 
 def _bucket_wait(bucket: Bucket, level: float, cost: float) -> float | None:

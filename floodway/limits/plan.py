@@ -54,10 +54,10 @@ class BucketPlan:
     rate_per_s: float  # at headroom, before the adaptive factor
     burst_s: float
 
-    def at(self, factor: float) -> Bucket:
-        """The bucket with the adaptive factor applied to its refill (capacity unchanged, so a
-        task that fits keeps fitting while the rate is lowered)."""
-        return Bucket(self.key, self.capacity, self.rate_per_s * factor)
+    def at(self, rate_per_s: float) -> Bucket:
+        """The bucket refilling at ``rate_per_s`` (a lowered estimate, say) with its capacity
+        unchanged, so a task that fits keeps fitting while the rate is lowered."""
+        return Bucket(self.key, self.capacity, rate_per_s)
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,8 @@ class ResourcePlan:
         return f"r:{self.name}:pause"
 
     @property
-    def rate_key(self) -> str:
-        return f"r:{self.name}:rate"
+    def estimates_key(self) -> str:
+        return f"r:{self.name}:estimates"
 
     @property
     def adaptive(self) -> bool:
@@ -105,12 +105,30 @@ class ResourcePlan:
         """Anything to enforce? An adaptive resource with no figures still honours pauses."""
         return bool(self.concurrency or self.requests or self.tokens or self.adaptive)
 
+    @property
+    def takes_slots(self) -> bool:
+        """Every call holds a slot: to cap them, or (adaptive) to count them."""
+        return bool(self.concurrency) or self.adaptive
+
     def buckets(self) -> list[BucketPlan]:
         return [b for b in (self.requests, self.tokens) if b is not None]
 
-    def concurrency_at(self, factor: float) -> int:
-        """The in-flight cap with the adaptive factor applied (a 429 lowers it too)."""
-        return max(1, math.floor(self.concurrency * factor + 1e-9))
+    def configured(self, dimension: str) -> float | None:
+        """The configured limit of a dimension at headroom (slots, or per second)."""
+        if dimension == "concurrency":
+            return float(self.concurrency) if self.concurrency else None
+        bucket = self.requests if dimension == "requests" else self.tokens
+        return None if bucket is None else bucket.rate_per_s
+
+    def bucket(self, dimension: str, rate_per_s: float, *, published: bool) -> Bucket:
+        """The bucket of a rate dimension refilling at ``rate_per_s``. A configured one keeps
+        its capacity; a published figure gets the default burst at this headroom (as if it
+        were configured); a learned one a second of refill: a guess should not burst."""
+        planned = self.requests if dimension == "requests" else self.tokens
+        if planned is not None:
+            return planned.at(rate_per_s)
+        burst = default_burst_s(self.config.headroom) if published else MIN_BURST_S
+        return Bucket(f"r:{self.name}:{dimension}", max(1.0, rate_per_s * burst), rate_per_s)
 
     def check_fits(self, cost: float) -> None:
         if self.tokens is not None and cost > self.tokens.capacity:

@@ -22,6 +22,7 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.typing import EncodableT, FieldT
 
 from floodway.core.errors import LimiterUnavailable
 from floodway.limits import redis_scripts as lua
@@ -30,6 +31,7 @@ from floodway.limits.backend import (
     AcquireRequest,
     AcquireResult,
     Bucket,
+    Meter,
 )
 
 T = TypeVar("T")
@@ -68,8 +70,10 @@ class RedisLimiterBackend:
         self._renew = client.register_script(lua.RENEW_SLOT)
         self._in_use = client.register_script(lua.SLOTS_IN_USE)
         self._hold = client.register_script(lua.HOLD_SLOT)
-        self._decrease = client.register_script(lua.DECREASE_RATE)
-        self._increase = client.register_script(lua.INCREASE_RATE)
+        self._estimates = client.register_script(lua.ESTIMATES)
+        self._cut = client.register_script(lua.CUT)
+        self._grow = client.register_script(lua.GROW)
+        self._tick = client.register_script(lua.TICK)
         self._pause = client.register_script(lua.PAUSE)
 
     @classmethod
@@ -110,23 +114,27 @@ class RedisLimiterBackend:
     async def acquire(self, request: AcquireRequest) -> AcquireResult:
         names = [RECOVERING, *request.gates, *(s.key for s in request.slots)]
         names += [d.bucket.key for d in request.debits]
+        meter = request.meter
         args: list[str | float | int] = [
             self._epoch,
             self._recovery_ms,
             len(request.gates) + 1,
             len(request.slots),
             len(request.debits),
+            0 if meter is None else meter.tau_s * 1000,
         ]
         for s in request.slots:
             args += [s.limit, s.slot_id, s.ttl_s * 1000, s.replaces]
         for d in request.debits:
             args += [d.bucket.capacity, d.bucket.refill_per_s, d.cost]
         keys = [self.key(n) for n in (EPOCH, *names)]
+        if meter is not None:
+            keys.append(self.key(meter.key))
         reply = await self._script(self._acquire, keys, args)
         at = float(reply[1]) / 1000
         epoch = self._saw_epoch(float(reply[3]))
         if int(reply[0]) == 1:
-            return AcquireResult(True, at, epoch=epoch)
+            return AcquireResult(True, at, epoch=epoch, in_use=tuple(int(n) for n in reply[5:]))
         wait_ms = float(reply[2])
         n_refused = int(reply[4])
         indexes = [int(i) - 1 for i in reply[5:]]
@@ -175,19 +183,34 @@ class RedisLimiterBackend:
     async def slots_in_use(self, key: str) -> int:
         return int(await self._script(self._in_use, [self.key(key)], []))
 
-    async def rate_factor(self, key: str) -> float:
-        value = await self._call(self._redis.hget(self.key(key), "f"))
-        return 1.0 if value is None else float(value)
+    async def estimates(self, key: str, meter: Meter | None = None) -> dict[str, float]:
+        tau_ms = 0.0 if meter is None else meter.tau_s * 1000
+        flat = await self._script(self._estimates, [self.key(key)], [tau_ms])
+        return {_text(flat[i]): float(flat[i + 1]) for i in range(0, len(flat), 2)}
 
-    async def decrease_rate(
-        self, key: str, *, multiplier: float, floor: float, granted_at: float
+    async def cut(
+        self, key: str, field: str, value: float, *, floor: float, granted_at: float
     ) -> float:
-        args = [multiplier, floor, granted_at * 1000]
-        return float(await self._script(self._decrease, [self.key(key)], args))
+        args: list[str | float | int] = [field, value, floor, granted_at * 1000]
+        return float(await self._script(self._cut, [self.key(key)], args))
 
-    async def increase_rate(self, key: str, *, step: float, cap: float, interval_s: float) -> float:
-        args = [step, cap, interval_s * 1000]
-        return float(await self._script(self._increase, [self.key(key)], args))
+    async def grow(
+        self, key: str, field: str, *, start: float, step: float, cap: float, interval_s: float
+    ) -> float:
+        # Lua reads no infinity: an unbounded estimate is capped by a number it never reaches.
+        capped = min(cap, _UNBOUNDED)
+        args: list[str | float | int] = [field, start, step, capped, interval_s * 1000]
+        grown = float(await self._script(self._grow, [self.key(key)], args))
+        return cap if grown >= _UNBOUNDED else grown
+
+    async def note(self, key: str, fields: dict[str, float]) -> None:
+        if fields:
+            mapping: dict[FieldT, EncodableT] = {n: _arg(v) for n, v in fields.items()}
+            await self._call(self._redis.hset(self.key(key), mapping=mapping))
+            await self._call(self._redis.pexpire(self.key(key), ESTIMATES_TTL_MS))
+
+    async def tick(self, meter: Meter, field: str) -> None:
+        await self._script(self._tick, [self.key(meter.key)], [field, meter.tau_s * 1000])
 
     async def pause(self, key: str, seconds: float) -> float:
         added = await self._script(self._pause, [self.key(key)], [seconds * 1000])
@@ -236,6 +259,15 @@ def _stale_connection_retry() -> Retry:
     releases, renewals, pauses and clamps are idempotent -- but for a refund, counted twice.)
     A TimeoutError is not retried: the server may still be running the first call."""
     return Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+
+
+_UNBOUNDED = 1e300
+#: an estimates hash untouched this long is forgotten (the scripts give it the same TTL)
+ESTIMATES_TTL_MS = 86_400_000
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _spec(bucket: Bucket) -> list[str | float | int]:

@@ -8,8 +8,9 @@ Conventions shared by every script:
   integer, and ``tostring`` keeps only 14 digits, too few for a millisecond timestamp;
 * a bucket is a HASH ``{l: level, t: ms}`` that expires once it would be full again (a missing
   bucket reads as full, so expiry loses nothing); slots are a ZSET ``slot id -> expiry ms``
-  purged on touch; a gate is a plain key whose PTTL is the pause; a rate factor is a HASH
-  ``{f: factor, t: ms of the last change}``;
+  purged on touch; a gate is a plain key whose PTTL is the pause; a resource's estimates are a
+  HASH of named numbers (``<field>:t`` in ms), its meter two of them (``sent``, ``throttled``)
+  that decay by e^(-elapsed / tau) from ``meter:t``;
 * the state's generation (epoch) is a plain key, the server's time (ms, to the µs) when the
   state was created, never expiring: when Redis restarts without persistence it is gone, and
   the next script to look creates a new one. A caller that knew an older generation learns
@@ -58,6 +59,22 @@ local function generation(ekey, gkey, known, recovery_ms, now)
   return e
 end
 
+-- The meter's counts decayed to now (not written).
+local function decayed(key, tau, now)
+  local v = redis.call('HMGET', key, 'sent', 'throttled', 'meter:t')
+  local sent, thr, t = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or now
+  local keep = 1
+  if now > t then keep = math.exp(-(now - t) / tau) end
+  return sent * keep, thr * keep
+end
+
+local function count(key, field, tau, now)
+  local sent, thr = decayed(key, tau, now)
+  if field == 'sent' then sent = sent + 1 else thr = thr + 1 end
+  redis.call('HSET', key, 'sent', fmt(sent), 'throttled', fmt(thr), 'meter:t', fmt(now))
+  redis.call('PEXPIRE', key, 86400000)
+end
+
 local function store(key, level, cap, rate, now)
   redis.call('HSET', key, 'l', fmt(level), 't', fmt(now))
   local ttl = 86400000
@@ -68,13 +85,14 @@ local function store(key, level, cap, rate, now)
 end
 """
 
-# KEYS: epoch, then gates.. (the recovery gate first), slot sets.., buckets..
-# ARGV: known epoch (0 = none), recovery_ms, n_gates, n_slots, n_buckets, then
-#       (limit, slot_id, ttl_ms, replaced slot_id or '') per slot, then (capacity,
+# KEYS: epoch, then gates.. (the recovery gate first), slot sets.., buckets.., [meter]
+# ARGV: known epoch (0 = none), recovery_ms, n_gates, n_slots, n_buckets, meter tau_ms (0 = no
+#       meter), then (limit, slot_id, ttl_ms, replaced slot_id or '') per slot, then (capacity,
 #       refill_per_s, cost) per bucket. A claim that replaces a live slot takes it over: it
 #       does not count against the limit.
 # Returns {granted, now_ms, wait_ms ('-1' = only a release helps / never), epoch, n_refused,
-#          refused key indexes (1-based, the epoch not counted).., held key indexes..}
+#          refused key indexes (1-based, the epoch not counted).., held key indexes..}; when
+#          granted, {1, now_ms, '0', epoch, 0, slots in use per slot set..}
 ACQUIRE = (
     _PRELUDE
     + """
@@ -83,7 +101,8 @@ local now = now_ms()
 local epoch = generation(KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]), now)
 local refused, held = {}, {}
 local wait = 0
-local a = 6
+local tau = tonumber(ARGV[6])
+local a = 7
 local K = {}  -- the keys after the epoch
 for i = 2, #KEYS do K[i - 1] = KEYS[i] end
 
@@ -136,15 +155,18 @@ if #refused > 0 then
   return out
 end
 
+local out = {1, fmt(now), '0', fmt(epoch), 0}
 for _, c in ipairs(claims) do
   if c[4] ~= '' then redis.call('ZREM', c[1], c[4]) end
   redis.call('ZADD', c[1], fmt(now + c[3]), c[2])
   if redis.call('PTTL', c[1]) < c[3] then redis.call('PEXPIRE', c[1], math.ceil(c[3])) end
+  out[#out + 1] = redis.call('ZCARD', c[1])
 end
 for _, d in ipairs(debits) do
   store(d[1], d[2], d[3], d[4], now)
 end
-return {1, fmt(now), '0', fmt(epoch), 0}
+if tau > 0 then count(K[ng + ns + nb + 1], 'sent', tau, now) end
+return out
 """
 )
 
@@ -230,37 +252,71 @@ return redis.call('ZCOUNT', KEYS[1], '(' .. fmt(now_ms()), '+inf')
 """
 )
 
-# KEYS: rate. ARGV: multiplier, floor, granted_at_ms. Returns the factor.
-DECREASE_RATE = (
+# KEYS: estimates. ARGV: meter tau_ms (0 = leave the meter as stored).
+# Returns a flat list {field, value, ...}, meter counts decayed to now.
+ESTIMATES = (
     _PRELUDE
     + """
-local now = now_ms()
-local v = redis.call('HMGET', KEYS[1], 'f', 't')
-local f, t = tonumber(v[1]) or 1, tonumber(v[2])
-if t and t > tonumber(ARGV[3]) then return fmt(f) end
-f = f * tonumber(ARGV[1])
-if f < tonumber(ARGV[2]) then f = tonumber(ARGV[2]) end
-redis.call('HSET', KEYS[1], 'f', fmt(f), 't', fmt(now))
-redis.call('PEXPIRE', KEYS[1], 86400000)
-return fmt(f)
+local flat = redis.call('HGETALL', KEYS[1])
+local tau = tonumber(ARGV[1])
+if tau > 0 then
+  local sent, thr = decayed(KEYS[1], tau, now_ms())
+  for i = 1, #flat, 2 do
+    if flat[i] == 'sent' then flat[i + 1] = fmt(sent) end
+    if flat[i] == 'throttled' then flat[i + 1] = fmt(thr) end
+  end
+end
+return flat
 """
 )
 
-# KEYS: rate. ARGV: step, cap, interval_ms. Returns the factor.
-INCREASE_RATE = (
+# KEYS: estimates. ARGV: field, value, floor, granted_at_ms. Returns the estimate.
+CUT = (
     _PRELUDE
     + """
+local f = ARGV[1]
 local now = now_ms()
-local v = redis.call('HMGET', KEYS[1], 'f', 't')
-local f, t = tonumber(v[1]), tonumber(v[2]) or 0
-if not f then return '1' end
-local cap = tonumber(ARGV[2])
-if f >= cap or now - t < tonumber(ARGV[3]) then return fmt(f) end
-f = f + tonumber(ARGV[1])
-if f > cap then f = cap end
-redis.call('HSET', KEYS[1], 'f', fmt(f), 't', fmt(now))
+local v = redis.call('HMGET', KEYS[1], f, f .. ':t', f .. ':n')
+local current, t, n = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]) or 0
+if current and t and t > tonumber(ARGV[4]) then return fmt(current) end
+local value = tonumber(ARGV[2])
+if current and current < value then value = current end
+if value < tonumber(ARGV[3]) then value = tonumber(ARGV[3]) end
+redis.call('HSET', KEYS[1], f, fmt(value), f .. ':b', fmt(value), f .. ':t', fmt(now),
+           f .. ':n', fmt(n + 1))
 redis.call('PEXPIRE', KEYS[1], 86400000)
-return fmt(f)
+return fmt(value)
+"""
+)
+
+# KEYS: estimates. ARGV: field, start, step, cap, interval_ms. Returns the estimate.
+GROW = (
+    _PRELUDE
+    + """
+local f = ARGV[1]
+local now = now_ms()
+local v = redis.call('HMGET', KEYS[1], f, f .. ':t')
+local current = tonumber(v[1]) or tonumber(ARGV[2])
+local t = tonumber(v[2])
+if t and now - t < tonumber(ARGV[5]) then return fmt(current) end
+local grown, cap = current + tonumber(ARGV[3]), tonumber(ARGV[4])
+if grown >= cap then
+  redis.call('HDEL', KEYS[1], f)
+  redis.call('HSET', KEYS[1], f .. ':t', fmt(now))
+  return fmt(cap)
+end
+redis.call('HSET', KEYS[1], f, fmt(grown), f .. ':t', fmt(now))
+redis.call('PEXPIRE', KEYS[1], 86400000)
+return fmt(grown)
+"""
+)
+
+# KEYS: estimates. ARGV: field (sent | throttled), tau_ms.
+TICK = (
+    _PRELUDE
+    + """
+count(KEYS[1], ARGV[1], tonumber(ARGV[2]), now_ms())
+return 1
 """
 )
 

@@ -156,7 +156,7 @@ class AdapterHandler:
         if self.jobs is None:
             raise RuntimeError(f"{self.adapter.name}: an async job, but the kind cannot poll")
         await ctx.set_upstream_ref(answer.ref)
-        return Parked(answer.ref, ctx.now() + self.schedule.first_s)
+        return Parked(answer.ref, ctx.now() + self.schedule.first_delay())
 
     async def _resume(self, ctx: Context, ref: str) -> JSON | Parked | _Resubmit:
         assert self.jobs is not None

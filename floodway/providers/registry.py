@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from floodway.config import KindConfig, KindOptions, format_validation_error
 from floodway.core.errors import ConfigError
-from floodway.core.upstream import PollSchedule
+from floodway.core.upstream import PollSchedule, first_poll_after
 from floodway.kinds import KindRegistry, KindSpec, Lookup
 from floodway.providers.base import (
     Adapter,
@@ -104,11 +104,16 @@ def kind_options(cfg: KindConfig, where: str) -> KindOptions:
 
 
 def poll_schedule(cfg: KindConfig, options: KindOptions) -> PollSchedule:
-    """The kind's poll timing: the first poll after ``poll_after``, or after
-    ``callback_grace`` when the provider calls back (``webhook_secret`` set)."""
-    first = cfg.callback_grace if cfg.webhook_secret else cfg.poll_after
-    return PollSchedule(
-        first_s=first, ratio=options.poll_ratio, max_gap_s=options.poll_max_interval
+    """The kind's poll timing: the first poll after ``poll_after`` (learned when unset), or
+    after ``callback_grace`` when the provider calls back (``webhook_secret`` set)."""
+    if cfg.webhook_secret:
+        return PollSchedule(
+            first_s=cfg.callback_grace,
+            ratio=options.poll_ratio,
+            max_gap_s=options.poll_max_interval,
+        )
+    return first_poll_after(
+        cfg.poll_after, ratio=options.poll_ratio, max_gap_s=options.poll_max_interval
     )
 
 

@@ -3,7 +3,9 @@
 - 429 -> :class:`RetryableError` with ``throttled=True`` (the resource slows down; the task's
   retry budget is not spent), ``Retry-After`` honoured as seconds or an HTTP date, and
   ``retry-after-ms`` preferred when present. A 429 that says the account is out of quota or
-  billing (``insufficient_quota``...) is :class:`FatalError`: waiting will not fix it.
+  billing (``insufficient_quota``...) is :class:`FatalError`: waiting will not fix it. A 503
+  that says "too many concurrent requests" is a throttle too: the provider's in-flight cap,
+  answered with the status some providers use for it.
 - 408, 425 and 5xx -> retryable. 409 -> retryable without spending an attempt
   (``in_progress``): providers that honour ``Idempotency-Key`` answer it while the same key is
   still being worked on (a call whose worker died, say), and asking again later replays the
@@ -40,6 +42,8 @@ FATAL_THROTTLE_TYPES = frozenset(
 )
 RETRYABLE_STATUSES = frozenset({408, 425})
 _KEPT_HEADERS = ("retry-after", "retry-after-ms")
+#: the rate-limit header families the limiter reads (OpenAI's, Anthropic's, the IETF draft's)
+_KEPT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "ratelimit")
 _MESSAGE_CHARS = 500
 
 
@@ -103,7 +107,7 @@ def error_for(response: httpx.Response, now: float, what: str) -> HandlerError:
     kind, message = provider_error(response)
     text = f"{what}: HTTP {status}" + (f" {kind}" if kind else "") + f": {message}"
     wait = retry_after_s(response.headers, now)
-    if status == 429:
+    if status == 429 or (status == 503 and _too_many_concurrent(kind, message)):
         if kind in FATAL_THROTTLE_TYPES:
             return FatalError(text, type=kind, status=status)
         return RetryableError(
@@ -118,11 +122,16 @@ def error_for(response: httpx.Response, now: float, what: str) -> HandlerError:
     return FatalError(text, type=kind or f"http_{status}", status=status)
 
 
+def _too_many_concurrent(kind: str | None, message: str) -> bool:
+    text = f"{kind or ''} {message}".lower().replace("_", " ")
+    return "concurren" in text and ("too many" in text or "limit" in text)
+
+
 def keep_headers(ctx: Context, response: httpx.Response) -> None:
     """Copy the rate-limit headers into ``ctx.response_headers`` so the limiter resyncs."""
     for key, value in response.headers.items():
         low = key.lower()
-        if low.startswith("x-ratelimit-") or low in _KEPT_HEADERS:
+        if low.startswith(_KEPT_PREFIXES) or low in _KEPT_HEADERS:
             ctx.response_headers[low] = value
 
 

@@ -327,6 +327,7 @@ class Worker:
             retry_after=None if failed is None else failed.retry_after,
             headers=run.ctx.response_headers,
             still_running_s=(spec.timeout_s or UNBOUNDED_CALL_S) if in_progress else None,
+            reason=f"{failed.error.type}: {failed.error.message}" if failed is not None else "",
         )
         await asyncio.shield(self._finish(run, item, settlement))
 

@@ -102,6 +102,13 @@ async def test_the_numbers_on_the_page_match_v1_stats(dash: Dash, open_page: Ope
     assert await card.get_attribute("data-in-flight") == str(slow["in_flight"]) == "1"
     assert await card.get_attribute("data-concurrency") == str(slow["concurrency"]) == "1"
     assert "1 of 1" in await card.inner_text()
+    # Each limit in force with its source, and what holds the queue back.
+    limit = card.locator('.limits li[data-dimension="concurrency"]')
+    assert slow["limits"]["concurrency"]["source"] == "configured"
+    assert await limit.get_attribute("data-source") == "configured"
+    assert "In flight" in await limit.inner_text() and "configured" in await limit.inner_text()
+    if slow["held_back_by"].get("concurrency"):
+        assert "Held back by the in-flight limit" in await card.inner_text()
 
     # Latency figures: the same numbers, in the page's units.
     p95 = await page.inner_text('[data-metric="completion_p95"]')

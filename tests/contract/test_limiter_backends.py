@@ -8,6 +8,7 @@ is a few hundred milliseconds, and polls (bounded) rather than sleeping a fixed 
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -17,20 +18,22 @@ import redis.asyncio as aioredis
 
 from floodway.config import ResourceConfig, TenantConfig
 from floodway.core.errors import LimiterUnavailable
-from floodway.core.task import Lane
-from floodway.limits.admission import LimitsAdmission
+from floodway.core.task import Candidate, Lane
+from floodway.limits.admission import AdmissionTuning, LimitsAdmission
 from floodway.limits.backend import (
     RECOVERING,
+    SENT,
+    THROTTLED,
     AcquireRequest,
     Bucket,
     Debit,
     LimiterBackend,
+    Meter,
     SlotClaim,
 )
 from floodway.limits.base import Settlement
 from floodway.limits.local import LocalLimiterBackend
 from floodway.limits.redis_backend import RedisLimiterBackend
-from floodway.store.base import Candidate
 from floodway.testing import FakeClock
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -247,32 +250,54 @@ async def test_a_paused_gate_refuses_until_it_opens(harness: Harness) -> None:
     assert await be.paused_for("g") == 0.0
 
 
-async def test_rate_factor_decreases_once_per_round_trip_and_recovers(harness: Harness) -> None:
+async def test_an_estimate_is_cut_once_per_round_trip_and_grows_back(harness: Harness) -> None:
     be = harness.backend
-    assert await be.rate_factor("r") == 1.0
+    assert await be.estimates("e") == {}
     granted = await be.acquire(take(bucket()))
-    assert await be.increase_rate("r", step=0.1, cap=1.0, interval_s=0) == 1.0
     await harness.advance(0.01)
-    first = await be.decrease_rate("r", multiplier=0.5, floor=0.05, granted_at=granted.at)
-    assert first == pytest.approx(0.5)
-    # Another 429 of the same round (granted before the decrease): no second halving.
-    again = await be.decrease_rate("r", multiplier=0.5, floor=0.05, granted_at=granted.at)
-    assert again == pytest.approx(0.5)
+    assert await be.cut("e", "requests", 8.0, floor=1.0, granted_at=granted.at) == 8.0
+    # Another refusal of the same round (granted before the cut): no second cut.
+    assert await be.cut("e", "requests", 4.0, floor=1.0, granted_at=granted.at) == 8.0
     await harness.advance(0.01)
     later = await be.acquire(take(bucket()))
     await harness.advance(0.01)
-    assert await be.decrease_rate(
-        "r", multiplier=0.5, floor=0.3, granted_at=later.at
-    ) == pytest.approx(0.3)  # floored
-    # Recovery waits for the interval since the last change, then steps.
-    assert await be.increase_rate("r", step=0.1, cap=1.0, interval_s=30) == pytest.approx(0.3)
+    assert await be.cut("e", "requests", 0.5, floor=2.0, granted_at=later.at) == 2.0  # floored
+    fields = await be.estimates("e")
+    assert fields["requests"] == 2.0 and fields["requests:b"] == 2.0 and fields["requests:n"] == 2
+    # Growth waits for the interval since the last change, then steps; the cap removes it.
+    grow = {"start": 0.0, "step": 1.5, "cap": 4.0}
+    assert await be.grow("e", "requests", **grow, interval_s=30) == 2.0
 
     async def stepped() -> bool:
-        factor = await be.increase_rate("r", step=0.1, cap=1.0, interval_s=0.1)
-        return factor == pytest.approx(0.4)
+        return await be.grow("e", "requests", **grow, interval_s=0.1) == 3.5
 
     await eventually(stepped, harness, 0.05)
-    assert await be.rate_factor("r") == pytest.approx(0.4)
+    assert await be.grow("e", "requests", **grow, interval_s=0) == 4.0
+    assert "requests" not in await be.estimates("e")  # at the cap: the cap is in force again
+    # An absent estimate grows from its start value (slow start), unbounded.
+    up = {"start": 4.0, "step": 1.0, "cap": math.inf, "interval_s": 0}
+    assert await be.grow("e", "concurrency", **up) == 5.0
+    assert await be.grow("e", "concurrency", **up) == 6.0
+
+
+async def test_the_meter_counts_grants_and_refusals_and_forgets(harness: Harness) -> None:
+    be = harness.backend
+    meter = Meter("m", tau_s=0.5)
+    first = await be.acquire(AcquireRequest(slots=(slot("s", "a", 5),), meter=meter))
+    second = await be.acquire(AcquireRequest(slots=(slot("s", "b", 5),), meter=meter))
+    assert first.in_use == (1,) and second.in_use == (2,)
+    await be.tick(meter, THROTTLED)
+    await be.note("m", {"published:requests": 10.0})
+    fields = await be.estimates("m", meter)
+    assert fields[SENT] == pytest.approx(2.0, abs=0.1)
+    assert fields[THROTTLED] == pytest.approx(1.0, abs=0.05)
+    assert fields["published:requests"] == 10.0
+    await harness.advance(0.5)
+    decayed = await be.estimates("m", meter)
+    assert decayed[SENT] == pytest.approx(2.0 * math.exp(-1), rel=0.25)  # e^-1 per tau
+    refused = await be.acquire(AcquireRequest(slots=(slot("s", "a", 5),), meter=meter))
+    assert not refused.granted and refused.in_use == ()
+    assert (await be.estimates("m", meter))[SENT] == pytest.approx(decayed[SENT], rel=0.1)
 
 
 async def test_backend_time_moves_forward(harness: Harness) -> None:
@@ -440,3 +465,94 @@ async def test_a_resubmission_takes_over_its_own_orphaned_slot(harness: Harness)
     assert await backend.slots_in_use("s") == 1  # one call for one job, still
     await backend.release_slot("s", "t1")
     assert await backend.slots_in_use("s") == 0
+
+
+# -- the rules of learned limits, over each backend (two processes sharing it) ---------------
+def fleet(
+    harness: Harness, resource: ResourceConfig, name: str = "api", **tuning: float
+) -> list[LimitsAdmission]:
+    # The passes below are made at 0.0 on this clock; the backend keeps its own time.
+    clock = FakeClock(start=0.0)
+    knobs = AdmissionTuning(meter_tau_s=0.5, **tuning)  # type: ignore[arg-type]
+    return [
+        LimitsAdmission(
+            {name: resource}, {"gen": name}, TenantConfig(), harness.backend, clock, knobs
+        )
+        for _ in range(2)
+    ]
+
+
+def ready(n: int, prefix: str = "t") -> list[Candidate]:
+    return [
+        Candidate(f"{prefix}{i}", "gen", "a", Lane.BACKGROUND, 1.0, i, 0.0, None) for i in range(n)
+    ]
+
+
+async def test_a_limit_429_pauses_every_process_and_noise_pauses_none(harness: Harness) -> None:
+    a, b = fleet(harness, ResourceConfig(adaptive=True))
+    (p,) = await a.admit(ready(1), 0.0)
+    await a.settle(p, Settlement(throttled=True, retry_after=0.3), 0.0)  # nothing known: a limit
+    assert await b.admit(ready(3, "b"), 0.0) == []
+    snap = (await b.snapshot())["api"]
+    assert 0 < snap.paused_for <= 0.3 and snap.held_back_by == {"pause": 3}
+
+    async def reopened() -> bool:
+        return bool(await b.admit(ready(1, "late"), 0.0))
+
+    await eventually(reopened, harness, 0.05)
+    # At a configured cap, a spontaneous 429 is noise: nobody pauses, nothing is lowered.
+    c, d = fleet(harness, ResourceConfig(concurrency=2, adaptive=True), "capped")
+    first, _second = await c.admit(ready(2, "c"), 0.0)
+    await c.settle(first, Settlement(throttled=True, retry_after=5.0), 0.0)
+    assert [p.task_id for p in await d.admit(ready(1, "d"), 0.0)] == ["d0"]
+    snap = (await d.snapshot())["capped"]
+    assert snap.paused_for == 0 and snap.limits["concurrency"].value == 2
+    assert (await c.snapshot())["capped"].throttles_noise == 1
+
+
+async def test_a_learned_rate_is_one_for_the_fleet(harness: Harness) -> None:
+    a, b = fleet(harness, ResourceConfig(adaptive=True), initial_concurrency=20)
+    accepted = await a.admit(ready(10), 0.0)
+    for p in accepted:
+        await a.settle(p, Settlement(), 0.0)
+    (refused,) = await a.admit(ready(1, "x"), 0.0)
+    await a.settle(refused, Settlement(throttled=True, retry_after=0.0), 0.0)
+    rate = (await b.snapshot())["api"].limits["requests"]
+    assert rate.source == "learned"
+    # 0.9 x the ~10 accepted over the meter's half second (decayed): about 18/s, 1,080/min.
+    assert 400 < rate.value < 10 / 0.5 * 0.9 * 60 + 1
+    assert len(await b.admit(ready(20, "b"), 0.0)) < 20  # its bucket holds b back too
+
+
+async def test_a_concurrency_refusal_sets_the_fleet_s_cap(harness: Harness) -> None:
+    a, b = fleet(harness, ResourceConfig(adaptive=True), initial_concurrency=4)
+    mine = await a.admit(ready(3), 0.0)
+    theirs = await b.admit(ready(3, "b"), 0.0)
+    assert len(mine) == 3 and len(theirs) == 1  # slow start: 4 in flight for the fleet
+    refused = theirs[0]  # the 4th in flight: the provider holds 3
+    reason = "rate_limited: too many concurrent requests"
+    await b.settle(refused, Settlement(throttled=True, retry_after=1.0, reason=reason), 0.0)
+    cap = (await a.snapshot())["api"].limits["concurrency"]
+    assert cap.value == 3 and cap.source == "learned" and not cap.slow_start
+    assert (await a.snapshot())["api"].paused_for == 0  # the cap holds calls back, not a pause
+    assert await a.admit(ready(1, "more"), 0.0) == []
+    await a.settle(mine[0], Settlement(), 0.0)
+    assert len(await b.admit(ready(1, "more"), 0.0)) == 1
+
+
+async def test_published_limits_set_what_is_not_configured_and_only_lower_the_rest(
+    harness: Harness,
+) -> None:
+    openai = {"x-ratelimit-limit-requests": "600", "x-ratelimit-remaining-requests": "599"}
+    for configured, value, source in (
+        (0, 600, "header"),
+        (300, 300, "configured"),
+        (900, 600, "header"),
+    ):
+        name = f"api{configured}"
+        resource = ResourceConfig(requests_per_minute=configured, adaptive=True)
+        a, b = fleet(harness, resource, name)
+        (p,) = await a.admit(ready(1), 0.0)
+        await a.settle(p, Settlement(headers=openai), 0.0)
+        rate = (await b.snapshot())[name].limits["requests"]
+        assert (rate.value, rate.source) == (pytest.approx(value), source), configured

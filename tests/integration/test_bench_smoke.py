@@ -30,3 +30,20 @@ async def test_q3_quick_big_task_finishes_in_both_orders() -> None:
     assert figures["double_charged"] == 0
     # The figures the bench compares exist and are positive (their size is not judged here).
     assert figures["small_mean_s"] > 0 and figures["small_mean_fifo_s"] > 0
+
+
+async def test_q7_quick_learns_a_cap_near_the_provider_s() -> None:
+    figures = await quota.q7_run(seed=1, quick=True)
+    assert figures["lost"] == 0 and figures["failed"] == 0 and figures["double_charged"] == 0
+    assert figures["concurrency_source"] == "learned"
+    # Set just below the calls in flight at a refusal, probed up one slot at a time.
+    assert figures["learned_concurrency"] is not None and figures["learned_concurrency"] <= 12
+    assert figures["rate_limited_429"] == figures["throttles_limit"] + figures["throttles_noise"]
+
+
+async def test_q8_quick_spontaneous_429s_are_noise_at_a_configured_cap() -> None:
+    figures = await quota.q8_run(seed=3, quick=True)
+    assert figures["lost"] == 0 and figures["failed"] == 0 and figures["double_charged"] == 0
+    assert figures["throttles_limit"] == 0 and figures["pauses"] == 0
+    assert figures["throttles_noise"] == figures["rate_limited_429"]
+    assert figures["learned_concurrency"] == 10, "the configured cap is never lowered by noise"

@@ -220,6 +220,33 @@ def test_window_admits_again_when_enough_of_the_minute_has_passed() -> None:
     assert window.wait_for(0, now=60.0) is None
 
 
+def test_a_request_bucket_answers_the_exact_wait() -> None:
+    window = RateWindow(rpm=60, tpm=0, rpm_burst=2)  # 1 a second, 2 at once
+    assert window.exact
+    window.record(0, now=0.0)
+    window.record(0, now=0.0)
+    assert window.wait_for(0, now=0.25) == (pytest.approx(0.75), "requests per minute limit")
+    assert dict(window.headers(now=0.25)) == {
+        b"x-ratelimit-limit-requests": b"60",
+        b"x-ratelimit-remaining-requests": b"0",  # what the bucket holds, whole
+        b"x-ratelimit-reset-requests": b"1.75s",
+    }
+    assert window.wait_for(0, now=1.0) is None
+    window.record(0, now=1.0)
+    assert window.wait_for(0, now=1.5) == (pytest.approx(0.5), "requests per minute limit")
+
+
+async def test_a_request_bucket_provider_sends_retry_after_ms_and_can_hide_its_headers() -> None:
+    async with provider(rpm=60, rpm_burst=1, rate_headers=False) as (_sim, client):
+        ok = await client.post("/generate", json={})
+        refused = await client.post("/generate", json={})
+    assert ok.status_code == 200 and refused.status_code == 429
+    assert "x-ratelimit-limit-requests" not in ok.headers
+    millis = int(refused.headers["retry-after-ms"])
+    assert 0 < millis <= 1000
+    assert refused.headers["retry-after"] == "1"  # whole seconds, rounded up
+
+
 async def test_tokens_per_minute_window() -> None:
     async with provider(tpm=100) as (_sim, client):
         first = await client.post("/generate", json={"tokens": 60})
@@ -502,6 +529,7 @@ async def test_same_seed_gives_the_same_behaviour() -> None:
         {"webhook_drop_rate": -0.1},
         {"error_rate": 0.6, "refusal_rate": 0.6},
         {"webhook": True},
+        {"rpm_burst": 5},  # a bucket of nothing: rpm is required
         {"surprise": 1},
     ],
 )

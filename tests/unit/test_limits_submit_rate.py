@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from floodway.config import Settings, TenantConfig
-from floodway.core.task import Lane
+from floodway.core.task import Candidate, Lane
 from floodway.kinds import KindRegistry, KindSpec
 from floodway.limits.admission import LimitsAdmission
 from floodway.limits.base import NoLimits
@@ -14,7 +14,6 @@ from floodway.limits.factory import KindResources, build_admission, build_backen
 from floodway.limits.local import LocalLimiterBackend
 from floodway.limits.redis_backend import RedisLimiterBackend
 from floodway.limits.submit_rate import SubmitRateLimiter
-from floodway.store.base import Candidate
 from floodway.testing import FakeClock
 
 

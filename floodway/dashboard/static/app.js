@@ -297,6 +297,49 @@ function bucketMeter(label, bucket, unit) {
   return meter(label, used, bucket.capacity, `${fmtAmount(used)} of ${fmtAmount(bucket.capacity)} burst used · ${fmtAmount(perMin)} ${unit}/min`);
 }
 
+const DIMENSION_LABELS = { concurrency: "In flight", requests: "Requests/min", tokens: "Tokens/min" };
+
+// Each limit in force and where it comes from: the configuration, the provider's headers, or
+// what floodway learned from its 429s (with the figures it was chosen from).
+function limitsList(limits) {
+  const dims = Object.keys(limits || {});
+  if (!dims.length) return null;
+  return h(
+    "ul",
+    { cls: "limits", attrs: { "aria-label": "Limits in force" } },
+    dims.map((dim) => {
+      const l = limits[dim];
+      const others = [];
+      if (l.configured != null && l.source !== "configured") others.push(`configured ${fmtAmount(l.configured)}`);
+      if (l.published != null && l.source !== "header") others.push(`published ${fmtAmount(l.published)}`);
+      const source = l.slow_start ? "learned · slow start" : l.source;
+      return h("li", { attrs: { "data-dimension": dim, "data-source": l.source } }, [
+        h("span", { cls: "limit-label", text: DIMENSION_LABELS[dim] || dim }),
+        h("span", { cls: "limit-value", text: fmtAmount(l.value) }),
+        h("span", { cls: `chip source-${l.source}`, text: source }),
+        others.length ? h("span", { cls: "muted", text: others.join(" · ") }) : null,
+      ]);
+    }),
+  );
+}
+
+const HELD_LABELS = {
+  concurrency: "the in-flight limit",
+  requests: "the requests rate",
+  tokens: "the tokens rate",
+  pause: "a pause after a 429",
+  "tenant cap": "the tenant cap",
+  recovering: "the limiter's recovery",
+};
+
+// What holds work back right now: why a batch runs 3 at a time.
+function heldBack(held) {
+  const reasons = Object.entries(held || {}).filter(([, n]) => n > 0).sort((a, b) => b[1] - a[1]);
+  if (!reasons.length) return null;
+  const text = reasons.map(([why, n]) => `${HELD_LABELS[why] || why} (${fmtInt(n)})`).join(", ");
+  return h("p", { cls: "held-back", text: `Held back by ${text}` });
+}
+
 function renderResources(stats) {
   const resources = stats.resources || {};
   const names = Object.keys(resources).sort();
@@ -313,7 +356,12 @@ function renderResources(stats) {
         chips.push(h("span", { cls: "chip warn", text: `adaptive rate ${Math.round(r.rate_factor * 100)} %` }));
       }
       if (r.paused_for > 0) chips.push(h("span", { cls: "chip bad", text: `paused ${fmtSeconds(r.paused_for)} after a 429` }));
-      if (Number.isFinite(r.throttles)) chips.push(h("span", { cls: "chip", text: `429s seen: ${fmtInt(r.throttles)}` }));
+      if (Number.isFinite(r.throttles)) {
+        const split = Number.isFinite(r.throttles_limit)
+          ? ` (limit ${fmtInt(r.throttles_limit)} · noise ${fmtInt(r.throttles_noise ?? 0)})`
+          : "";
+        chips.push(h("span", { cls: "chip", text: `429s seen: ${fmtInt(r.throttles)}${split}` }));
+      }
       const inFlight = r.concurrency > 0
         ? meter("In flight", r.in_flight, r.concurrency, `${fmtInt(r.in_flight)} of ${fmtInt(r.concurrency)}`)
         : h("div", { cls: "meter-row" }, [
@@ -325,6 +373,8 @@ function renderResources(stats) {
         inFlight,
         bucketMeter("Requests", r.requests, "req"),
         bucketMeter("Tokens", r.tokens, "tokens"),
+        limitsList(r.limits),
+        heldBack(r.held_back_by),
       ]);
       card.dataset.inFlight = String(r.in_flight ?? 0);
       card.dataset.concurrency = String(r.concurrency ?? 0);

@@ -34,7 +34,8 @@ def create_simulator_app(config: SimulatorConfig) -> FastAPI:
 
     app = FastAPI(title="floodway simulated provider", lifespan=lifespan)
     app.state.simulator = state
-    app.add_middleware(RateLimitHeaders, window=state.window)
+    if config.rate_headers:
+        app.add_middleware(RateLimitHeaders, window=state.window)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     _add_work_routes(app, state)
     _add_control_routes(app, state)
@@ -139,9 +140,11 @@ def error_response(
 
 
 def rejection_response(rejection: Rejection) -> Response:
-    headers = None
+    headers = {}
     if rejection.retry_after is not None:
-        headers = {"Retry-After": str(rejection.retry_after)}
+        headers["Retry-After"] = str(rejection.retry_after)
+    if rejection.retry_after_ms is not None:
+        headers["Retry-After-Ms"] = str(rejection.retry_after_ms)
     return error_response(rejection.status, rejection.type, rejection.message, headers)
 
 

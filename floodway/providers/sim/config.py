@@ -17,6 +17,18 @@ class SimulatorConfig(BaseModel):
     )
     max_concurrency: int = Field(0, ge=0, description="work in progress at once; 0 = no cap")
     rpm: int = Field(0, ge=0, description="requests per sliding minute; 0 = unlimited")
+    rpm_burst: int = Field(
+        0,
+        ge=0,
+        description=(
+            "enforce rpm as a token bucket of this capacity (refilled at rpm / 60 per second) "
+            "instead of a sliding minute; its 429s carry the exact wait (Retry-After in whole "
+            "seconds, rounded up, and Retry-After-Ms); 0 = sliding minute"
+        ),
+    )
+    rate_headers: bool = Field(
+        True, description="publish x-ratelimit-* headers for the rpm and tpm limits"
+    )
     tpm: int = Field(0, ge=0, description="tokens per sliding minute; 0 = unlimited")
 
     error_rate: float = Field(0.0, ge=0, le=1, description="answered 503 after the latency")
@@ -56,6 +68,8 @@ class SimulatorConfig(BaseModel):
                 "error_rate + timeout_rate + refusal_rate + malformed_rate + rate_limit_rate "
                 f"must not exceed 1 (got {total:g})"
             )
+        if self.rpm_burst and not self.rpm:
+            raise ValueError("rpm_burst needs rpm: it is the capacity of the rpm bucket")
         if self.webhook and not self.async_jobs:
             raise ValueError("webhook needs async_jobs: only async jobs call back")
         return self

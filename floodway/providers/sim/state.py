@@ -101,6 +101,7 @@ class Rejection:
     type: str
     message: str
     retry_after: int | None = None
+    retry_after_ms: int | None = None  # the exact wait, when the limit knows it
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,7 @@ class SimulatorState:
     def __init__(self, config: SimulatorConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
-        self.window = RateWindow(config.rpm, config.tpm)
+        self.window = RateWindow(config.rpm, config.tpm, rpm_burst=config.rpm_burst)
         self.ledger = Ledger()
         self.stats = Stats()
         self.jobs: dict[str, Job] = {}
@@ -183,6 +184,9 @@ class SimulatorState:
         if wait is not None:
             self.stats.rate_limited += 1
             seconds, which = wait
+            if self.window.exact:
+                millis = math.ceil(seconds * 1000)
+                return Rejection(429, "rate_limited", which, math.ceil(millis / 1000), millis)
             return Rejection(429, "rate_limited", which, max(1, math.ceil(seconds)))
         return None
 
