@@ -56,7 +56,7 @@ from floodway.core.task import Task
 from floodway.limits.admission import AdmissionTuning, LimitsAdmission
 from floodway.limits.local import LocalLimiterBackend
 from floodway.limits.plan import ResourcePlan
-from floodway.providers.sim import RunningSimulator, SimulatorConfig, SimulatorState
+from floodway.providers.sim import RunningSimulator, SimulatorConfig
 from floodway.providers.sim import running_simulator as _running_simulator
 
 # ==========================================================================================
@@ -65,32 +65,10 @@ from floodway.providers.sim import running_simulator as _running_simulator
 Figures = dict[str, Any]
 
 
-class BusyMeter:
-    """The provider's busy time: the sum of the latencies the simulator served.
-
-    Wraps ``SimulatorState.latency_s`` (instrumentation of the bench only), which the simulator
-    draws for every admitted sync request, a 5xx as much as a success; a 429 is answered at
-    once and costs the provider nothing, so it adds nothing here either.
-    """
-
-    def __init__(self, state: SimulatorState) -> None:
-        self.busy_s = 0.0
-        self.served = 0
-        draw = state.latency_s
-
-        def metered() -> float:
-            seconds = draw()
-            self.busy_s += seconds
-            self.served += 1
-            return seconds
-
-        state.latency_s = metered  # type: ignore[method-assign]
-
-
 @asynccontextmanager
-async def simulator(config: SimulatorConfig) -> AsyncIterator[tuple[RunningSimulator, BusyMeter]]:
+async def simulator(config: SimulatorConfig) -> AsyncIterator[RunningSimulator]:
     async with _running_simulator(config) as sim:
-        yield sim, BusyMeter(sim.state)
+        yield sim
 
 
 @asynccontextmanager
@@ -238,7 +216,7 @@ async def q1_run(seed: int, quick: bool) -> Figures:
     """200 tasks against a provider capped at 10 concurrent requests, 5 % 5xx."""
     n, latency_ms = (40, 100.0) if quick else (q1app.TASKS, q1app.LATENCY_MS)
     sim_config = q1app.simulator(seed, latency_ms)
-    async with simulator(sim_config) as (sim, meter), scratch_database() as db:
+    async with simulator(sim_config) as sim, scratch_database() as db:
         async with runtime(q1app.settings(sim.url, db)) as fw:
             tasks = await fw.submit_many(KIND, inputs(n, f"q1-{seed}"))
             started = time.time()
@@ -247,12 +225,12 @@ async def q1_run(seed: int, quick: bool) -> Figures:
             final = await reread(fw, tasks)
         provider = provider_figures(sim)
     span = makespan(final, started)
-    optimum = meter.busy_s / q1app.CAP
+    optimum = sim.state.stats.busy_s / q1app.CAP
     return {
         **task_figures(final),
         **provider,
         "makespan_s": span,
-        "provider_busy_s": meter.busy_s,
+        "provider_busy_s": sim.state.stats.busy_s,
         "optimum_s": optimum,
         "nominal_optimum_s": n * latency_ms / 1000 / q1app.CAP,
         "makespan_over_optimum": span / optimum,
@@ -308,7 +286,7 @@ async def rate_run(
         seed=seed,
     )
     burst, optimum = rate_optimum(case)
-    async with simulator(sim_config) as (sim, _meter), scratch_database() as db:
+    async with simulator(sim_config) as sim, scratch_database() as db:
         async with runtime(provider_settings(sim.url, db, resource)) as fw:
             tasks = await fw.submit_many(KIND, inputs(case.tasks, f"rate-{seed}"))
             started = time.time()
@@ -385,7 +363,7 @@ async def cap_run(seed: int, quick: bool, resource: ResourceConfig, spontaneous:
     sim_config = q1app.simulator(seed, latency_ms).model_copy(
         update={"rate_limit_rate": spontaneous}
     )
-    async with simulator(sim_config) as (sim, meter), scratch_database() as db:
+    async with simulator(sim_config) as sim, scratch_database() as db:
         async with runtime(provider_settings(sim.url, db, resource)) as fw:
             tasks = await fw.submit_many(KIND, inputs(n, f"cap-{seed}"))
             started = time.time()
@@ -395,7 +373,7 @@ async def cap_run(seed: int, quick: bool, resource: ResourceConfig, spontaneous:
             snap = await resource_snapshot(fw)
         provider = provider_figures(sim)
     span = makespan(final, started)
-    optimum = meter.busy_s / q1app.CAP
+    optimum = sim.state.stats.busy_s / q1app.CAP
     return {
         **task_figures(final),
         **provider,
@@ -505,7 +483,7 @@ async def token_run(seed: int, case: TokenCase, fifo: bool) -> Figures:
     # The provider does not meter tokens itself (tpm=0): floodway's bucket is the limit, so
     # the runs compare orderings, not the simulator's sliding window against the bucket.
     sim_config = SimulatorConfig(latency_ms=case.latency_ms, latency_jitter=0.2, seed=seed)
-    async with simulator(sim_config) as (sim, _meter), scratch_database() as db:
+    async with simulator(sim_config) as sim, scratch_database() as db:
         settings = provider_settings(sim.url, db, resource, cost="tokens")
         async with runtime(settings, FIFO_TUNING if fifo else None) as fw:
             async with fw.worker(SMALL_TASKS + 10):
@@ -576,7 +554,7 @@ async def tenant_run(seed: int, case: TenantCase, with_a: bool) -> Figures:
         latency_ms=case.latency_ms, latency_jitter=0.2, max_concurrency=TENANT_CAP, seed=seed
     )
     resource = ResourceConfig(concurrency=TENANT_CAP)
-    async with simulator(sim_config) as (sim, _meter), scratch_database() as db:
+    async with simulator(sim_config) as sim, scratch_database() as db:
         async with runtime(provider_settings(sim.url, db, resource)) as fw:
             async with fw.worker(WORKER_SLOTS):
                 if with_a:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -25,7 +26,7 @@ from floodway.config import Settings, load_settings
 from floodway.core.errors import FloodwayError, LimiterUnavailable, StoreError
 from floodway.limits.factory import build_backend
 from floodway.serving import bind_socket
-from floodway.store.postgres.store import redact
+from floodway.store.factory import redact
 
 app = typer.Typer(
     name="floodway",
@@ -91,7 +92,12 @@ def listen_or_fail(host: str, port: int) -> socket.socket:
 
 
 def setup_logging() -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    """Warnings and errors by default; ``FLOODWAY_LOG_LEVEL`` (debug, info...) says more."""
+    wanted = os.environ.get("FLOODWAY_LOG_LEVEL", "warning").upper()
+    level = logging.getLevelNamesMapping().get(wanted)
+    if level is None:
+        fail(f"FLOODWAY_LOG_LEVEL={wanted.lower()}: not a level (debug, info, warning, error)")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
 
 def _load_floodway(

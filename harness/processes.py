@@ -26,11 +26,20 @@ def spawn_floodway(args: list[str], env: Mapping[str, str], log: Path) -> subpro
 
 
 def start_worker(
-    app: str, db_url: str, sim_url: str, log: Path, *, concurrency: int = 10, lease: str = "2s"
+    app: str,
+    db_url: str,
+    sim_url: str,
+    log: Path,
+    *,
+    concurrency: int = 10,
+    lease: str | None = "2s",
 ) -> subprocess.Popen[bytes]:
     """``floodway worker --app APP`` in its own process, on ``db_url``, calling ``sim_url``;
-    a short lease so a killed worker's tasks are rescued quickly."""
-    env = {"FLOODWAY_DATABASE": db_url, "SIM_URL": sim_url, "FLOODWAY_WORKER__LEASE": lease}
+    a short lease by default (a hung worker's tasks are rescued quickly), or floodway's own
+    with ``lease=None``."""
+    env = {"FLOODWAY_DATABASE": db_url, "SIM_URL": sim_url}
+    if lease is not None:
+        env["FLOODWAY_WORKER__LEASE"] = lease
     return spawn_floodway(["worker", "--app", app, "--concurrency", str(concurrency)], env, log)
 
 

@@ -20,7 +20,9 @@ def provider_settings(
     """Settings with one resource and one http kind calling ``sim_url``.
 
     ``lookup_url`` lets crash recovery take the result of work the provider already finished
-    (and billed) instead of resubmitting it; ``cost="tokens"`` reads the input's ``tokens``.
+    (and billed) instead of resubmitting it; the simulator honours Idempotency-Key, so the kind
+    says so (``idempotent``) and work a dead worker left running is resubmitted at once (the
+    provider joins it to the running job); ``cost="tokens"`` reads the input's ``tokens``.
     """
     kind = KindConfig(
         adapter="http",
@@ -30,5 +32,6 @@ def provider_settings(
         cost=cost,
         timeout=timeout_s,
         max_attempts=4,
+        options={"idempotent": True},
     )
     return Settings(database=database, resources={RESOURCE: resource}, kinds={KIND: kind})

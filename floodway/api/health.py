@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from floodway.api.state import ApiState
 from floodway.core.errors import FloodwayError
+from floodway.store.factory import redact
 
 #: a dependency that has not answered within this is reported down (a probe must not hang)
 PROBE_TIMEOUT_S = 2.0
@@ -51,8 +52,6 @@ async def probe(target: str, look: Callable[[], Awaitable[object]]) -> CheckOut:
 
 
 async def check_dependencies(state: ApiState) -> dict[str, CheckOut]:
-    from floodway.store.postgres.store import redact
-
     fw = state.fw
     looks = {"ledger": probe(redact(fw.settings.database), lambda: fw.store.get(_PROBE_ID))}
     limiter = state.limiter

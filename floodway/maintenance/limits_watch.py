@@ -25,10 +25,11 @@ import contextlib
 import logging
 from collections.abc import Collection
 
-from floodway.core.owners import identity_of
+from floodway.core.owners import identity_of, owner_name
 from floodway.core.states import Status
 from floodway.limits.admission import LimitsAdmission
 from floodway.limits.local import LocalLimiterBackend
+from floodway.maintenance.leader import lead
 from floodway.runtime import Runtime
 from floodway.store.base import TaskQuery
 
@@ -64,8 +65,9 @@ class LocalLimitsWatch:
         identity: str | None = None,
     ) -> None:
         self.runtime = runtime
-        #: the name this process holds the ``local-limits`` lease by (its store's identity)
         self.identity = identity or runtime.store.identity
+        #: the name this process holds the ``local-limits`` lease by
+        self.owner = owner_name(self.identity, "fleet-watch")
         self.owners = set(owners)
         self.every_s = every_s
         self.repeat_s = repeat_s
@@ -86,7 +88,9 @@ class LocalLimitsWatch:
         store, now = self.runtime.store, self.runtime.clock.now()
         peers: set[str] = set()
         # The lease outlives a few rounds, so a peer that misses one round stays visible.
-        if not await store.try_lead(LEASE_NAME, self.identity, now, 3 * self.every_s):
+        # A dead process's lease is taken over and its tasks' owners are not peers: a worker
+        # restarted after a crash is alone, whatever its predecessor left in the ledger.
+        if not await lead(store, LEASE_NAME, self.owner, now, 3 * self.every_s):
             peers.add("?")
         running = await store.list_tasks(TaskQuery(status=Status.RUNNING, limit=200))
         for task in running:
@@ -94,6 +98,9 @@ class LocalLimitsWatch:
             live = task.lease_expires_at is not None and task.lease_expires_at > now
             if owner and live and not self.ours(owner):
                 peers.add(owner)
+        identities = {owner: identity_of(owner) for owner in peers - {"?"}}
+        dead = await store.dead(sorted({i for i in identities.values() if i is not None}))
+        peers -= {owner for owner, identity in identities.items() if identity in dead}
         if len(peers) > 1:
             peers.discard("?")  # named peers say more than the anonymous lease holder
         self.peers = peers
@@ -143,4 +150,4 @@ class LocalLimitsWatch:
         # started right after this one stops is not warned about a peer that is gone.
         with contextlib.suppress(Exception):
             now = self.runtime.clock.now()
-            await self.runtime.store.try_lead(LEASE_NAME, self.identity, now, -1.0)
+            await self.runtime.store.try_lead(LEASE_NAME, self.owner, now, -1.0)

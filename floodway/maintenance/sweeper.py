@@ -67,6 +67,13 @@ class Sweeper:
             found += await store.attempts_of(of_dead, self.batch)
         for task in {t.id: t for t in found}.values():
             await self._reconcile(task, report)
+        if report.recovered or report.interrupted:
+            log.warning(
+                "recovered %d tasks of dead workers (%s), %d failed as interrupted",
+                report.recovered,
+                ", ".join(sorted(dead)) or "leases expired",
+                report.interrupted,
+            )
         if dead:  # once all its attempts are reconciled, a dead process is forgotten
             for identity in dead - _identities(await store.lease_owners()):
                 await store.forget(identity)
@@ -130,9 +137,11 @@ class Sweeper:
                 return from_running(task, Status.SUCCEEDED, result=found)
         message = f"the worker holding the task died mid-call ({task.lease_owner})"
         if spec.idempotent:
-            # The provider honours the key: a resubmission joins or replays the same job.
-            retry = Failed(ErrorInfo(ErrorClass.RETRYABLE, "worker_lost", message))
-            return runtime.policy.decide(task, retry, now)
+            # The provider honours the key: a resubmission joins or replays the same job. At
+            # once: nothing the provider said asks for a pause (the attempt still counts, so
+            # a task that kills every worker that runs it ends dead).
+            lost = ErrorInfo(ErrorClass.RETRYABLE, "worker_lost", message)
+            return runtime.policy.decide(task, Failed(lost, retry_after=0.0), now)
         interrupted = ErrorInfo(ErrorClass.INTERRUPTED, "worker_lost", message)
         return from_running(task, Status.FAILED, error=interrupted, orphan_until=max(bound, now))
 

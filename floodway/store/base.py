@@ -292,5 +292,6 @@ class Store(Protocol):
         ...
 
     async def forget(self, identity: str) -> None:
-        """Drop what is kept about a dead process whose attempts have all been reconciled."""
+        """Drop what is kept about a dead process whose attempts have all been reconciled,
+        its leader leases included."""
         ...

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from urllib.parse import urlsplit, urlunsplit
+
 from floodway.core.errors import StoreError
 from floodway.store.base import Store
 
@@ -22,3 +25,13 @@ def open_store(url: str) -> Store:
     raise StoreError(
         f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or postgresql://..."
     )
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for error messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return re.sub(r"password\s*=\s*\S+", "password=***", url)
+    host = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))

@@ -285,3 +285,7 @@ class Ledger(ABC):
     async def take_lead(self, name: str, owner: str, dead: str, now: float, ttl_s: float) -> bool:
         params = {"name": name, "owner": owner, "dead": dead, "expires_at": now + ttl_s}
         return bool(await self._write(lambda _: count("take_lead", **params)))
+
+    async def _drop_leases(self, identity: str) -> None:
+        """Free the leader leases of a dead process (its owners are ``identity:role``)."""
+        await self._write(lambda _: count("drop_leases", prefix=f"{identity}:"))

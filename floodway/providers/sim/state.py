@@ -51,8 +51,12 @@ class Stats:
     webhooks_sent: int = 0
     webhooks_failed: int = 0
     webhooks_dropped: int = 0
+    #: sync requests served with a latency, and the sum of those latencies: the provider's
+    #: busy time, a 5xx as much as a success (a 429 is answered at once and costs nothing)
+    served: int = 0
+    busy_s: float = 0.0
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, float]:
         return asdict(self)
 
 
@@ -219,7 +223,11 @@ class SimulatorState:
     # -- work ---------------------------------------------------------------------------------
 
     def latency_s(self) -> float:
-        return self._jittered(self.config.latency_ms)
+        """The latency of a sync request about to be served, counted as busy time."""
+        seconds = self._jittered(self.config.latency_ms)
+        self.stats.served += 1
+        self.stats.busy_s += seconds
+        return seconds
 
     async def hang(self) -> None:
         """Stall like a stuck upstream; cut short when the simulator shuts down."""

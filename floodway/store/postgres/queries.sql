@@ -518,6 +518,10 @@ SELECT owner, expires_at FROM leaders WHERE name = %(name)s;
 UPDATE leaders SET owner = %(owner)s, expires_at = %(expires_at)s
 WHERE name = %(name)s AND owner = %(dead)s;
 
+-- A dead process's leases: free at once, not when they expire.
+-- name: drop_leases
+DELETE FROM leaders WHERE substr(owner, 1, length(%(prefix)s)) = %(prefix)s;
+
 -- -- reading ----------------------------------------------------------------------------------
 
 -- name: stats

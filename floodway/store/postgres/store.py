@@ -28,7 +28,6 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -39,6 +38,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from floodway.core.errors import ConfigError, InvalidInput, StoreError
 from floodway.store.drive import drive_async
+from floodway.store.factory import redact
 from floodway.store.group import Write, Written, commit_group
 from floodway.store.ledger import Ledger
 from floodway.store.postgres.listen import ChangeFeed, listen
@@ -67,16 +67,6 @@ _TX = {
 #: writes that share one transaction at most, and transactions committing at once
 _GROUP_MAX = 256
 _FLUSHERS = 2
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for error messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return re.sub(r"password\s*=\s*\S+", "password=***", url)
-    host = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 @dataclass
@@ -307,6 +297,7 @@ class PostgresStore(Ledger):
         return {r["identity"] for r in rows}
 
     async def forget(self, identity: str) -> None:
+        await self._drop_leases(identity)
         await self._write(lambda _: count("forget_process", identity=identity))
 
 

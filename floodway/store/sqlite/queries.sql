@@ -351,6 +351,10 @@ SELECT owner, expires_at FROM leaders WHERE name = :name;
 UPDATE leaders SET owner = :owner, expires_at = :expires_at
 WHERE name = :name AND owner = :dead;
 
+-- A dead process's leases: free at once, not when they expire.
+-- name: drop_leases
+DELETE FROM leaders WHERE substr(owner, 1, length(:prefix)) = :prefix;
+
 -- -- reading ----------------------------------------------------------------------------------
 
 -- name: stats

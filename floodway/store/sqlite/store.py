@@ -213,6 +213,7 @@ class SqliteStore(Ledger):
     async def forget(self, identity: str) -> None:
         path = self._lock_path(identity)
         if path is not None and identity != self.identity and self._lock_free(identity):
+            await self._drop_leases(identity)
             with contextlib.suppress(OSError):
                 path.unlink()
 
