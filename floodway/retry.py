@@ -31,7 +31,9 @@ from floodway.core.task import ErrorClass, ErrorInfo, Task
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    backoff: Backoff = field(default_factory=Backoff)
+    #: first retry within 0.5 s, as the OpenAI and Anthropic SDKs begin: most 5xx are one
+    #: call's bad luck; a provider that keeps failing gets the doubling gaps, up to a minute
+    backoff: Backoff = field(default_factory=lambda: Backoff(base_s=0.5, cap_s=60.0))
     poison_after: int = 3  # invalid outputs before the input is marked poison
     #: how long a throttled task waits at least when the server gave no Retry-After
     throttle_floor_s: float = 0.5
