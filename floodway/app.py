@@ -1,4 +1,4 @@
-"""``Floodway``: the library entry point (DESIGN section 2, "Library")."""
+"""``Floodway``: the library entry point."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``floodway demo``: the seed's story on the embedded default, offline, in about 45 s.
+"""``floodway demo``: a batch of 200 images on the embedded default, offline, in about 40 s.
 
 A simulated image API capped at 10 concurrent requests, with realistic faults (5xx, 429s, a
 content refusal or two). 200 image tasks are submitted at once and one impatient user clicks

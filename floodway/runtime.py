@@ -69,7 +69,7 @@ class ChangeHub:
 
 @dataclass
 class UpstreamCounts:
-    """What this process saw of the providers (S20): calls, 429s, 5xx, and polls that found
+    """What this process saw of the providers: calls, 429s, 5xx, and polls that found
     the job unfinished. Per process, since start."""
 
     calls: int = 0

@@ -127,7 +127,7 @@ def task_out(task: Task) -> TaskOut:
 
 
 def task_json(task: Task, **extra: Any) -> dict[str, Any]:
-    """The Task JSON of DESIGN section 2, ready for ``json.dumps``."""
+    """A task as the API and the client see it, ready for ``json.dumps``."""
     body = task_out(task).model_dump(mode="json", by_alias=True)
     body.update(extra)
     return body

@@ -26,6 +26,7 @@ from starlette.types import Scope
 
 from floodway.core.errors import (
     AdmissionRefused,
+    AttemptStillOpen,
     ConfigError,
     FloodwayError,
     IdempotencyConflict,
@@ -157,6 +158,16 @@ def from_floodway_error(exc: FloodwayError, instance: str | None = None) -> JSON
             instance=instance,
             key=exc.key,
             task_id=exc.task_id,
+        )
+    if isinstance(exc, AttemptStillOpen):  # ask again once the call surely ended
+        return problem_response(
+            409,
+            "attempt-still-open",
+            str(exc),
+            instance=instance,
+            headers={"Retry-After": retry_after_header(exc.retry_after)},
+            task_id=exc.task_id,
+            retry_after=exc.retry_after,
         )
     if isinstance(exc, IllegalTransition):
         return problem_response(

@@ -1,5 +1,5 @@
-"""Wire schemas: what crosses HTTP, kept apart from the domain dataclasses so the contract in
-DESIGN section 2 changes only on purpose."""
+"""Wire schemas: what crosses HTTP, kept apart from the domain dataclasses so the public
+contract (the OpenAPI document clients are built from) changes only on purpose."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ CALLBACK_URL_PATTERN = (
 
 
 class _In(BaseModel):
-    # A misspelt field is an error, not silently ignored (DESIGN invariant 5).
+    # A misspelt field is an error, not silently ignored.
     model_config = ConfigDict(extra="forbid")
 
     @model_validator(mode="before")

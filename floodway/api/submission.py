@@ -53,7 +53,7 @@ def check_callback_host(url: str, allowed: Sequence[str]) -> None:
 
 
 async def admit_submit(state: ApiState, tenant: str) -> None:
-    """The tenant's submit rate (S14): one token per submit request (a batch is one request).
+    """The tenant's submit rate: one token per submit request (a batch is one request).
     The bucket lives in the limiter backend, so with Redis every API process shares it."""
     if state.submit_rate is None:
         return

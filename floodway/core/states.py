@@ -1,4 +1,4 @@
-"""The one place that knows which status may follow which (DESIGN section 3).
+"""The one place that knows which status may follow which.
 
 Every status write in floodway goes through :func:`check_transition`, and the stores turn it
 into a compare-and-set, so an illegal or stale transition raises instead of landing.

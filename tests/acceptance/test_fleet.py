@@ -1,4 +1,4 @@
-"""The fleet (S12, S14, S24): four real ``floodway worker`` processes and one ``floodway api``
+"""The fleet: four real ``floodway worker`` processes and one ``floodway api``
 process share one PostgreSQL ledger and one Redis limiter, against the simulated provider
 capped at 10 in flight; the batches go in through the API.
 

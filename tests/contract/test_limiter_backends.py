@@ -360,7 +360,7 @@ async def redis_pair() -> AsyncIterator[tuple[RedisLimiterBackend, RedisLimiterB
 async def test_lost_redis_state_is_rebuilt_by_the_holders_before_anyone_is_admitted(
     redis_pair: tuple[RedisLimiterBackend, RedisLimiterBackend],
 ) -> None:
-    """Redis restarted without persistence: the calls in flight still count (S14, S24)."""
+    """Redis restarted without persistence: the calls in flight still count."""
     be, _ = redis_pair
     first = await be.acquire(AcquireRequest(slots=(slot("s", "a", 1),)))
     assert first.granted and first.epoch > 0
@@ -409,7 +409,7 @@ async def test_a_brand_new_deployment_admits_at_once(
 # -- admission over each backend -------------------------------------------------------------
 async def test_two_processes_sharing_a_backend_share_its_limits(harness: Harness) -> None:
     """Two LimitsAdmission instances over one backend stand for two worker processes over one
-    Redis: together they never exceed the resource's slots or its tenant caps (S24)."""
+    Redis: together they never exceed the resource's slots or its tenant caps."""
     clock = FakeClock()  # only for aging: the backend keeps its own time
     workers = [
         LimitsAdmission(

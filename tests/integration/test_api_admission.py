@@ -1,4 +1,4 @@
-"""Admission refusals at the API (S8, S14): 429 with Retry-After, naming the limit."""
+"""Admission refusals at the API: 429 with Retry-After, naming the limit."""
 
 from __future__ import annotations
 

@@ -16,9 +16,12 @@ import httpx
 import psycopg
 import pytest
 
-from floodway import Floodway, Settings
+from floodway import Floodway, Settings, Status
 from floodway.api import create_app, serving
 from floodway.config import ApiConfig, KindConfig
+from floodway.core.outcome import from_running
+from floodway.core.task import ErrorClass, ErrorInfo
+from floodway.store.base import ClaimParams
 from floodway.testing import SimulatedProvider
 from harness.fleet import PG_URL, fresh_database
 from tests.integration.conftest import ApiServer, StartApi, eventually
@@ -176,3 +179,26 @@ async def test_a_nul_on_postgres_is_bad_input_not_an_outage(
                 answer = await http.get(path)
     assert answer.status_code in (404, 422), answer.text
     assert "retry-after" not in answer.headers
+
+
+async def test_a_retry_while_the_last_call_may_still_run_says_when_to_ask_again(
+    start_api: StartApi,
+) -> None:
+    """A 409 of its own type with Retry-After: the call a dead worker left ends by then."""
+    server = await start_api(run_workers=False)
+    fw = server.fw
+    task = await fw.submit("sim", {"n": 7})
+    now = fw.clock.now()
+    (claimed,) = await fw.store.claim(
+        ClaimParams("host:1:dead:w1", "tok", ("sim",), 1, now, 30, ids=(task.id,))
+    )
+    interrupted = ErrorInfo(ErrorClass.INTERRUPTED, "worker_lost", "the worker died")
+    item = from_running(claimed, Status.FAILED, error=interrupted, orphan_until=now + 90)
+    assert (await fw.store.complete([item], now))[0].applied
+    http = await server.client()
+    answer = await http.post(f"/v1/tasks/{task.id}/retry")
+    assert answer.status_code == 409
+    problem = answer.json()
+    assert problem["type"] == "urn:floodway:problem:attempt-still-open"
+    assert 80 <= problem["retry_after"] <= 90 and 80 <= int(answer.headers["retry-after"]) <= 90
+    assert (await fw.get(task.id)).status is Status.FAILED

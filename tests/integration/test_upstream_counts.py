@@ -1,4 +1,4 @@
-"""S20: the engine counts provider calls, 429s and 5xx from real HTTP answers."""
+"""The engine counts provider calls, 429s and 5xx from real HTTP answers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``/v1/tasks``: submit, read, list, cancel, retry (DESIGN section 2)."""
+"""``/v1/tasks``: submit, read, list, cancel, retry."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``POST /v1/webhooks/{kind}``: a provider says an upstream job ended (S16, S27).
+"""``POST /v1/webhooks/{kind}``: a provider says an upstream job ended.
 
 Authenticated by the Standard Webhooks signature with the kind's ``webhook_secret`` (not by an
 API key: providers have none). Checking the signature and applying the callback are the

@@ -1,4 +1,4 @@
-// The polling loop (MISSION S13): a steady interval while healthy, exponential backoff with
+// The polling loop: a steady interval while healthy, exponential backoff with
 // full jitter on errors, and nothing at all while the page is hidden.
 
 /**
