@@ -56,7 +56,7 @@ from floodway import Floodway, Status, Task
 from floodway.core.states import TERMINAL
 from floodway.limits.admission import LimitsAdmission
 from floodway.providers.sim import SimulatorConfig, SimulatorState, running_simulator
-from floodway.providers.sim.model import Job, Outcome
+from floodway.providers.sim.model import Fate, Job
 from floodway.providers.sim.state import Decision
 from floodway.store.base import TaskQuery
 from harness.fleet import (
@@ -113,7 +113,7 @@ class ProviderClock:
                 self.started[job.id] = time.monotonic()
             return decision
 
-        def timed_finish(job: Job, outcome: Outcome) -> None:
+        def timed_finish(job: Job, outcome: Fate) -> None:
             if job.id in self.started and job.id not in self.ended:
                 self.ended[job.id] = time.monotonic()
             finish(job, outcome)

@@ -48,7 +48,7 @@ from floodway.providers.sim import (
     serve_app,
     simulator_state,
 )
-from floodway.providers.sim.model import Job, Outcome
+from floodway.providers.sim.model import Fate, Job
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,11 +62,11 @@ def stopwatch(state: SimulatorState) -> dict[str, dict[str, float]]:
     times: dict[str, dict[str, float]] = {"started": {}, "ended": {}}
     launch, finish = state.launch, state.finish
 
-    def timed_launch(job: Job, outcome: Outcome) -> None:
+    def timed_launch(job: Job, outcome: Fate) -> None:
         times["started"][job.id] = time.time()
         launch(job, outcome)
 
-    def timed_finish(job: Job, outcome: Outcome) -> None:
+    def timed_finish(job: Job, outcome: Fate) -> None:
         if job.status == "running":
             times["ended"][job.id] = time.time()
         finish(job, outcome)

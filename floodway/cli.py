@@ -265,7 +265,9 @@ def simulate(
 
 @app.command()
 def demo(
-    realistic: Annotated[bool, typer.Option("--realistic", help="20 s per image, like a real image API")] = False,
+    realistic: Annotated[
+        bool, typer.Option("--realistic", help="20 s per image, like a real image API")
+    ] = False,
     images: Annotated[int, typer.Option(min=1, help="how many images")] = 200,
     latency_ms: Annotated[float | None, typer.Option("--latency-ms", min=1)] = None,
 ) -> None:

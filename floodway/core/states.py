@@ -42,12 +42,8 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 TERMINAL: frozenset[Status] = frozenset(
     {S.SUCCEEDED, S.FAILED, S.DEAD, S.TIMEOUT, S.CANCELLED, S.DEDUPED}
 )
-#: States from which a manual retry is allowed.
-RETRYABLE_BY_HAND: frozenset[Status] = frozenset({S.FAILED, S.DEAD, S.TIMEOUT})
 #: States a worker may claim from.
 CLAIMABLE: frozenset[Status] = frozenset({S.QUEUED, S.RETRYING})
-#: States that hold or wait for work.
-ACTIVE: frozenset[Status] = frozenset({S.QUEUED, S.RUNNING, S.RETRYING})
 
 
 def is_legal(frm: Status, to: Status) -> bool:

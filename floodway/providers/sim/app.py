@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from floodway.providers.sim.config import SimulatorConfig
-from floodway.providers.sim.model import InvalidSubmission, Job, Outcome, parse_submission
+from floodway.providers.sim.model import Fate, InvalidSubmission, Job, parse_submission
 from floodway.providers.sim.state import Admission, Rejection, Replay, SimulatorState
 from floodway.providers.sim.window import RateWindow
 
@@ -107,9 +107,9 @@ def _add_control_routes(app: FastAPI, state: SimulatorState) -> None:
 async def _work(state: SimulatorState, admission: Admission) -> Response:
     job, outcome = admission.job, admission.outcome
     try:
-        if outcome is Outcome.TIMEOUT:
+        if outcome is Fate.TIMEOUT:
             await state.hang()
-        elif state.config.async_jobs and outcome is not Outcome.REFUSAL:
+        elif state.config.async_jobs and outcome is not Fate.REFUSAL:
             state.launch(job, outcome)
             return json_response(202, {"id": job.id, "status": "running"})
         elif not state.config.async_jobs:

@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 
 
-class Outcome(StrEnum):
-    """How the provider will treat one request. The values are what ``"fail"`` forces."""
+class Fate(StrEnum):
+    """What the simulator decided will happen to one request. The values are what ``"fail"``
+    forces."""
 
     OK = "ok"
     RATE_LIMITED = "429"
@@ -23,13 +24,13 @@ class Outcome(StrEnum):
     MALFORMED = "malformed"
 
 
-FORCEABLE = {o.value: o for o in Outcome if o is not Outcome.OK}
+FORCEABLE = {o.value: o for o in Fate if o is not Fate.OK}
 
 # The error body of a job that failed with each outcome, and the status a sync request gets.
-FAILURES: dict[Outcome, tuple[int, str, str]] = {
-    Outcome.REFUSAL: (400, "content_policy", "the request was refused by the content policy"),
-    Outcome.SERVER_ERROR: (503, "server_error", "the provider failed to process the request"),
-    Outcome.TIMEOUT: (504, "timeout", "the provider did not answer in time"),
+FAILURES: dict[Fate, tuple[int, str, str]] = {
+    Fate.REFUSAL: (400, "content_policy", "the request was refused by the content policy"),
+    Fate.SERVER_ERROR: (503, "server_error", "the provider failed to process the request"),
+    Fate.TIMEOUT: (504, "timeout", "the provider did not answer in time"),
 }
 
 
@@ -42,7 +43,7 @@ class Submission:
     input: dict[str, Any]
     tokens: int
     key: str | None
-    forced: Outcome | None
+    forced: Fate | None
     callback_url: str | None
 
 
@@ -72,7 +73,7 @@ def _tokens(data: dict[str, Any]) -> int:
     return tokens
 
 
-def _forced(fail: Any) -> Outcome | None:
+def _forced(fail: Any) -> Fate | None:
     if fail is None:
         return None
     if not isinstance(fail, str) or fail not in FORCEABLE:
@@ -107,11 +108,11 @@ class Job:
     usage: dict[str, int] | None = None
     garbage: str | None = None
     error: dict[str, str] | None = None
-    outcome: Outcome | None = None
+    outcome: Fate | None = None
     charged_as: str | None = None
     task: asyncio.Task[None] | None = None
 
-    def settle(self, outcome: Outcome) -> None:
+    def settle(self, outcome: Fate) -> None:
         """Write the job's final fields for ``outcome``."""
         self.outcome = outcome
         if outcome in FAILURES:
@@ -121,7 +122,7 @@ class Job:
             return
         self.status = "succeeded"
         self.usage = {"tokens": self.tokens}
-        if outcome is Outcome.MALFORMED:
+        if outcome is Fate.MALFORMED:
             self.garbage = "<html>502 bad gateway</html>"
         else:
             self.result = {"url": f"https://sim.invalid/img/{self.id}.png", "echo": self.input}

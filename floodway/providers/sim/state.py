@@ -23,7 +23,7 @@ import httpx
 
 from floodway.clock import event_set_within
 from floodway.providers.sim.config import SimulatorConfig
-from floodway.providers.sim.model import Job, Outcome, Submission
+from floodway.providers.sim.model import Fate, Job, Submission
 from floodway.providers.sim.webhooks import deliver
 from floodway.providers.sim.window import RateWindow
 
@@ -111,7 +111,7 @@ class Rejection:
 @dataclass(frozen=True, slots=True)
 class Admission:
     job: Job
-    outcome: Outcome
+    outcome: Fate
 
 
 Decision = Replay | Rejection | Admission
@@ -131,11 +131,11 @@ class SimulatorState:
         self._id_prefix = f"{self.rng.getrandbits(32):08x}"
         self._next_id = 0
         self._misbehaviours = [
-            (Outcome.RATE_LIMITED, config.rate_limit_rate),
-            (Outcome.REFUSAL, config.refusal_rate),
-            (Outcome.SERVER_ERROR, config.error_rate),
-            (Outcome.TIMEOUT, config.timeout_rate),
-            (Outcome.MALFORMED, config.malformed_rate),
+            (Fate.RATE_LIMITED, config.rate_limit_rate),
+            (Fate.REFUSAL, config.refusal_rate),
+            (Fate.SERVER_ERROR, config.error_rate),
+            (Fate.TIMEOUT, config.timeout_rate),
+            (Fate.MALFORMED, config.malformed_rate),
         ]
         self._tasks: set[asyncio.Task[None]] = set()
         self._http: httpx.AsyncClient | None = None
@@ -152,7 +152,7 @@ class SimulatorState:
         if refused is not None:
             return refused
         outcome = sub.forced or self._draw()
-        if outcome is Outcome.RATE_LIMITED:
+        if outcome is Fate.RATE_LIMITED:
             self.stats.rate_limited += 1
             return Rejection(429, "rate_limited", "the provider is overloaded, retry later", 1)
         return Admission(self._start(sub, now), outcome)
@@ -194,13 +194,13 @@ class SimulatorState:
             return Rejection(429, "rate_limited", which, max(1, math.ceil(seconds)))
         return None
 
-    def _draw(self) -> Outcome:
+    def _draw(self) -> Fate:
         u = self.rng.random()
         for outcome, rate in self._misbehaviours:
             if u < rate:
                 return outcome
             u -= rate
-        return Outcome.OK
+        return Fate.OK
 
     def _start(self, sub: Submission, now: float) -> Job:
         self._next_id += 1
@@ -233,7 +233,7 @@ class SimulatorState:
         """Stall like a stuck upstream; cut short when the simulator shuts down."""
         await event_set_within(self._closing, self.config.hang_s)
 
-    def finish(self, job: Job, outcome: Outcome) -> None:
+    def finish(self, job: Job, outcome: Fate) -> None:
         """End a running job: free its slot, write its result, bill or refund it."""
         if job.status != "running":
             return
@@ -250,31 +250,31 @@ class SimulatorState:
 
     def abandon(self, job: Job) -> None:
         """The request handling ``job`` was cancelled (server shutting down): free the slot."""
-        self.finish(job, Outcome.SERVER_ERROR)
+        self.finish(job, Fate.SERVER_ERROR)
 
-    def launch(self, job: Job, outcome: Outcome) -> None:
+    def launch(self, job: Job, outcome: Fate) -> None:
         """Accept an async job: billed now (the provider has started), ends after its duration
         with the outcome drawn on arrival."""
         self.stats.jobs_submitted += 1
         job.charged_as = self.ledger.charge(job.key)
         job.task = self._spawn(self._run_job(job, outcome))
 
-    async def _run_job(self, job: Job, outcome: Outcome) -> None:
+    async def _run_job(self, job: Job, outcome: Fate) -> None:
         await asyncio.sleep(self._jittered(self.config.job_duration_ms))
         self.finish(job, outcome)
         self._call_back(job)
 
-    def _count(self, outcome: Outcome) -> None:
+    def _count(self, outcome: Fate) -> None:
         stats = self.stats
-        if outcome is Outcome.OK:
+        if outcome is Fate.OK:
             stats.succeeded += 1
-        elif outcome is Outcome.MALFORMED:
+        elif outcome is Fate.MALFORMED:
             stats.malformed += 1
-        elif outcome is Outcome.REFUSAL:
+        elif outcome is Fate.REFUSAL:
             stats.refusals += 1
         else:
             stats.errors_5xx += 1
-            if outcome is Outcome.TIMEOUT:
+            if outcome is Fate.TIMEOUT:
                 stats.timeouts += 1
 
     def _jittered(self, mean_ms: float) -> float:
