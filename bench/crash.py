@@ -243,7 +243,7 @@ async def until_in_flight(sim: RunningSimulator, count: int, timeout_s: float) -
         await asyncio.sleep(0.005)
 
 
-async def until_moved_on(fw: Floodway, held: dict[str, str | None], timeout_s: float) -> float:
+async def until_moved_on(fw: Floodway, held: dict[str, str], timeout_s: float) -> float:
     """Wait until each task the dead worker held is terminal or runs under a new lease; when."""
     give_up = time.monotonic() + timeout_s
     waiting = dict(held)
