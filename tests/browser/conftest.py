@@ -31,8 +31,20 @@ try:
 except ImportError:  # pragma: no cover - playwright is in the [test] extra
     async_playwright = None
 
-#: pictures for people, shown by the README: every run of the browser tests renews them
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+#: where the screenshot tests leave their pictures: a run's temporary directory, unless
+#: FLOODWAY_SCREENSHOTS names one (``FLOODWAY_SCREENSHOTS=docs/screenshots`` renews the
+#: pictures the README shows; a plain test run leaves the checkout as it found it)
+SCREENSHOTS_ENV = "FLOODWAY_SCREENSHOTS"
+
+
+@pytest.fixture
+def screenshots(tmp_path: Path) -> Path:
+    chosen = os.environ.get(SCREENSHOTS_ENV)
+    folder = Path(chosen) if chosen else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 CHROMIUM_ARGS = [
     "--headless=new",
     "--no-sandbox",

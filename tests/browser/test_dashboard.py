@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.browser.conftest import (
-    SCREENSHOTS,
     TERMINAL,
     Dash,
     StartDash,
@@ -295,7 +295,7 @@ async def test_api_serves_the_assets(dash: Dash) -> None:
     assert (await dash.http.get("/static/favicon.svg")).status_code == 200
 
 
-async def test_screenshot(dash: Dash, open_page: OpenPage) -> None:
+async def test_screenshot(dash: Dash, open_page: OpenPage, screenshots: Path) -> None:
     """A picture of the dashboard with history in its charts, for people to look at (kept in
     docs/screenshots/, which the README shows)."""
     watched = await open_page(f"{dash.url}/?poll=400")
@@ -309,8 +309,7 @@ async def test_screenshot(dash: Dash, open_page: OpenPage) -> None:
     await page.fill("#task-id", dash.ids["dead"][0])
     await page.press("#task-id", "Enter")
     await page.wait_for_selector('#events-state:has-text("ended (dead)")')
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / "dashboard.png"
+    path = screenshots / "dashboard.png"
     await page.screenshot(path=str(path), full_page=True)
     assert path.stat().st_size > 10_000
     assert watched.errors == []
@@ -343,7 +342,9 @@ async def test_upstream_429_and_5xx_rates_from_an_upstream_section(
     assert watched.errors == []
 
 
-async def test_api_docs_render_with_the_network_off(dash: Dash, open_page: OpenPage) -> None:
+async def test_api_docs_render_with_the_network_off(
+    dash: Dash, open_page: OpenPage, screenshots: Path
+) -> None:
     """/docs on an air-gapped host: every request that leaves the server is aborted, and
     Swagger UI still renders the whole API from assets the server itself serves."""
     refused: list[str] = []
@@ -365,8 +366,7 @@ async def test_api_docs_render_with_the_network_off(dash: Dash, open_page: OpenP
     operations = await page.locator(".opblock").count()
     assert operations >= 10
     assert refused == [] and watched.errors == []
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / "api-docs.png"
+    path = screenshots / "api-docs.png"
     await page.screenshot(path=str(path), full_page=False)
     assert path.stat().st_size > 10_000
 
