@@ -1,8 +1,9 @@
 """The log lines the docs quote, and the logging calls of floodway's code that can print them.
 
-A quoted line is ``<time> <logger> <message>`` (the CLI's format) inside a ```log block. It
-matches a call when the call's logger has that name and its %-format, with every placeholder
-read as "some text", matches the message whole.
+A quoted line is ``<time> <LEVEL> <logger> <message>`` (the CLI's format) inside a ```log
+block. It matches a call when the call logs at that level (``exception`` is ERROR), its logger
+has that name, and its %-format, with every placeholder read as "some text", matches the
+message whole.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from harness.processes import ROOT
 
 LEVELS = {"debug", "info", "warning", "error", "exception", "critical"}
 LINE = re.compile(
-    r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (?P<logger>[\w.]+) (?P<message>.+)$"
+    r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (?P<level>[A-Z]+) (?P<logger>[\w.]+)"
+    r" (?P<message>.+)$"
 )
 _PLACEHOLDER = re.compile(r"%(?:\.\d+)?[sdrfgi]")
 _LOG_BLOCK = re.compile(r"^[ \t]*```log\n(?P<body>.*?)^[ \t]*```$", re.MULTILINE | re.DOTALL)
@@ -24,6 +26,7 @@ _LOG_BLOCK = re.compile(r"^[ \t]*```log\n(?P<body>.*?)^[ \t]*```$", re.MULTILINE
 
 @dataclass(frozen=True)
 class LogCall:
+    level: str  # as printed: WARNING, ERROR...
     logger: str
     format: str
     where: str  # path:line
@@ -33,8 +36,10 @@ class LogCall:
         pieces = _PLACEHOLDER.split(self.format)
         return re.compile("(.+?)".join(re.escape(p) for p in pieces) + r"\Z", re.DOTALL)
 
-    def matches(self, logger: str, message: str) -> bool:
-        return logger == self.logger and self.pattern.match(message) is not None
+    def matches(self, level: str, logger: str, message: str) -> bool:
+        return (level, logger) == (self.level, self.logger) and self.pattern.match(
+            message
+        ) is not None
 
 
 def log_calls(package: Path = ROOT / "floodway") -> list[LogCall]:
@@ -54,7 +59,8 @@ def log_calls(package: Path = ROOT / "floodway") -> list[LogCall]:
             first = node.args[0]
             if isinstance(first, ast.Constant) and isinstance(first.value, str):
                 where = f"{path.relative_to(ROOT)}:{node.lineno}"
-                calls.append(LogCall(loggers[target.id], first.value, where))
+                level = "ERROR" if node.func.attr == "exception" else node.func.attr.upper()
+                calls.append(LogCall(level, loggers[target.id], first.value, where))
     return calls
 
 
@@ -94,4 +100,5 @@ def call_for(line: str, calls: list[LogCall]) -> LogCall | None:
     parsed = LINE.match(line)
     if parsed is None:
         return None
-    return next((c for c in calls if c.matches(parsed["logger"], parsed["message"])), None)
+    level, logger, message = parsed["level"], parsed["logger"], parsed["message"]
+    return next((c for c in calls if c.matches(level, logger, message)), None)

@@ -210,15 +210,15 @@ resource = "api"
             submit = {"kind": "img", "input": {"prompt": "waits for Redis"}}
             assert (await http.post("/v1/tasks", json=submit)).status_code == 202
 
-            def printed() -> list[tuple[str, str]]:
+            def printed() -> list[tuple[str, str, str]]:
                 found = [LINE.match(line) for line in log.read_text().splitlines()]
-                return [(m["logger"], m["message"]) for m in found if m]
+                return [(m["level"], m["logger"], m["message"]) for m in found if m]
 
             async def both_said() -> bool:
                 return all(any(c.matches(*p) for p in printed()) for c in calls if c)
 
             await until(both_said, 30, "the start-up line and the dispatcher's")
-            assert any(redis in message for _, message in printed())
+            assert any(redis in message for _, _, message in printed())
     finally:
         proc.terminate()
         proc.wait(timeout=30)
