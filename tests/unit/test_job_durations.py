@@ -7,7 +7,7 @@ import random
 import pytest
 
 from floodway.core.job_durations import JobDurations
-from floodway.providers.base import PollSchedule
+from floodway.core.upstream import PollSchedule
 
 
 def test_nothing_known_the_default_first_poll_applies() -> None:
