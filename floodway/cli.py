@@ -41,6 +41,8 @@ ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config fi
 AppOpt = Annotated[str | None, typer.Option("--app", help="module:attribute of a Floodway")]
 DatabaseOpt = Annotated[str | None, typer.Option("--database", help="database URL")]
 RedisOpt = Annotated[str | None, typer.Option("--redis", help="redis URL for fleet limits")]
+HostOpt = Annotated[str, typer.Option(help="address to bind")]
+PortOpt = Annotated[int, typer.Option(help="port")]
 ConcurrencyOpt = Annotated[
     int | None, typer.Option("--concurrency", min=1, help="tasks run at once")
 ]
@@ -220,7 +222,7 @@ def migrate(config: ConfigOpt = None, database: DatabaseOpt = None) -> None:
 @app.command()
 def simulate(
     port: Annotated[int, typer.Option(help="port to listen on")] = 9000,
-    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    host: HostOpt = "127.0.0.1",
     latency_ms: Annotated[float, typer.Option("--latency-ms")] = 500.0,
     max_concurrency: Annotated[int, typer.Option("--max-concurrency")] = 0,
     rpm: Annotated[int, typer.Option("--rpm")] = 0,
@@ -286,8 +288,8 @@ def serve(
     app_ref: AppOpt = None,
     database: DatabaseOpt = None,
     redis: RedisOpt = None,
-    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port")] = 8000,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
     concurrency: ConcurrencyOpt = None,
 ) -> None:
     """HTTP API + workers + maintenance + dashboard, in one process."""
@@ -300,8 +302,8 @@ def api(
     app_ref: AppOpt = None,
     database: DatabaseOpt = None,
     redis: RedisOpt = None,
-    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port")] = 8000,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
 ) -> None:
     """HTTP API only (scale it out beside `floodway worker` processes)."""
     serve_http(config, app_ref, database, redis, host, port, None, run_workers=False)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Protocol
 
@@ -36,16 +35,4 @@ async def wait_event(clock: Clock, event: asyncio.Event, timeout: float) -> bool
     finally:
         waiter.cancel()
         sleeper.cancel()
-    return event.is_set()
-
-
-async def event_set_within(event: asyncio.Event, timeout: float) -> bool:
-    """Wait up to ``timeout`` real seconds for ``event``; True if it was set.
-
-    Not ``asyncio.wait_for``: on Python 3.11 it swallows a cancellation that arrives as the
-    event is set, and a loop built on it then never stops.
-    """
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(max(0.0, timeout)):
-            await event.wait()
     return event.is_set()

@@ -10,7 +10,6 @@ lost on restart, and a sample the ledger could not answer is skipped, not fatal.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Generic, TypeVar
 
+from floodway.aio import stop_task
 from floodway.clock import Clock
 from floodway.core.errors import FloodwayError
 
@@ -74,7 +74,4 @@ class History(Generic[T]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_task(self._task)

@@ -25,6 +25,7 @@ import contextlib
 import logging
 from collections.abc import Collection
 
+from floodway.aio import stop_task
 from floodway.core.owners import identity_of, owner_name
 from floodway.core.states import Status
 from floodway.limits.admission import LimitsAdmission
@@ -140,10 +141,7 @@ class LocalLimitsWatch:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
         if not self.active:
             return
         # Hand the lease back (a lease that expired already is free to others): a process

@@ -6,10 +6,10 @@ limits."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 
+from floodway.aio import stop_task
 from floodway.core.owners import owner_name
 from floodway.maintenance.leader import lead
 from floodway.maintenance.limits_watch import LocalLimitsWatch
@@ -91,7 +91,4 @@ class Maintenance:
     async def stop(self) -> None:
         await self.watch.stop()
         await self.outbox.stop()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_task(self._task)

@@ -18,7 +18,6 @@ at-least-once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import random
@@ -27,7 +26,7 @@ from datetime import UTC, datetime
 
 import httpx
 
-from floodway.clock import event_set_within
+from floodway.aio import event_set_within, stop_task
 from floodway.core.backoff import Backoff
 from floodway.core.owners import owner_name
 from floodway.core.task import Task
@@ -91,10 +90,7 @@ class Outbox:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
         if self._own_client and self._client is not None:
             await self._client.aclose()
             self._client = None

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 
-from floodway.clock import event_set_within
+from floodway.aio import event_set_within, stop_task
 from floodway.store.postgres.sql import Conn, Q
 
 log = logging.getLogger(__name__)
@@ -46,11 +46,8 @@ class ChangeFeed:
         self._task = asyncio.create_task(self._run(), name="floodway-pg-listen")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await stop_task(task)
         if self._conn is not None:  # a clean exit: nothing to judge (closing frees the lock)
             with contextlib.suppress(psycopg.Error):
                 await self._conn.execute(Q["forget_process"], {"identity": self._identity})
