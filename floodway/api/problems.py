@@ -42,6 +42,8 @@ log = logging.getLogger("floodway.api")
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:floodway:problem:"
+#: the OpenAI-compatible routes: their problems also carry OpenAI's ``error`` member
+OPENAI_PREFIX = "/openai/"
 
 #: slugs for plain HTTP statuses (routing, methods, framework-raised errors)
 _HTTP_SLUGS = {
@@ -126,12 +128,31 @@ def problem_response(
     if instance is not None:
         body["instance"] = instance
     body.update(extra)
+    if instance is not None and instance.startswith(OPENAI_PREFIX):
+        body["error"] = openai_error(status, extra.get("code") or slug, detail, extra.get("param"))
     return ProblemResponse(body, status_code=status, headers=dict(headers or {}))
 
 
-def problem_bytes(status: int, slug: str, detail: str, **extra: Any) -> bytes:
+def openai_error(status: int, code: str, detail: str, param: Any = None) -> dict[str, Any]:
+    """OpenAI's error object, an extension member of the problem: the official SDKs read
+    ``error.message``, ``error.type`` and ``error.code`` from it, while the document stays an
+    RFC 9457 problem like every other error of the API."""
+    if status == 429:
+        kind = "rate_limit_error"
+    elif status >= 500:
+        kind = "server_error"
+    elif status == 401:
+        kind = "authentication_error"
+    else:
+        kind = "invalid_request_error"
+    return {"message": detail, "type": kind, "param": param, "code": code}
+
+
+def problem_bytes(
+    status: int, slug: str, detail: str, instance: str | None = None, **extra: Any
+) -> bytes:
     """The body of a problem, for middleware that answers before any route runs."""
-    response = problem_response(status, slug, detail, **extra)
+    response = problem_response(status, slug, detail, instance=instance, **extra)
     return bytes(response.body)
 
 

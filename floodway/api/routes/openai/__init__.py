@@ -1,0 +1,16 @@
+"""The OpenAI-compatible API under ``/openai/v1`` (docs/openai.md). Its errors are RFC 9457
+problems that also carry OpenAI's ``error`` object, which the official SDKs read."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from floodway.api.routes.openai import endpoints
+
+PREFIX = "/openai/v1"
+#: uploads may be larger than other bodies ([api] max_file_bytes)
+FILES_PATH = PREFIX + "/files"
+
+# OpenAI's API reference describes these routes; floodway's OpenAPI document keeps to its own.
+router = APIRouter(prefix=PREFIX, tags=["openai"], include_in_schema=False)
+router.include_router(endpoints.router)
