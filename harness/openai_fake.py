@@ -3,7 +3,8 @@ with a ledger of what it billed and a 429 storm on demand.
 
 Every answered call is billed (its usage recorded in :attr:`FakeOpenAI.billed`); a 429 or a
 5xx bills nothing, as at OpenAI. ``storm(n)`` answers the next ``n`` calls 429 with
-``retry-after-ms``, the way OpenAI throttles; ``latency_s`` delays every answer.
+``retry-after-ms``, the way OpenAI throttles; ``latency_s`` delays every answer. A chat whose
+last message starts with "refuse" is refused (400 ``content_policy_violation``).
 """
 
 from __future__ import annotations
@@ -76,6 +77,14 @@ class FakeOpenAI:
         except _Throttled as exc:
             return exc.response()
         text = str(body["messages"][-1]["content"])
+        if text.startswith("refuse"):
+            error = {
+                "message": "Your request was rejected by the safety system",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "content_policy_violation",
+            }
+            return JSONResponse({"error": error}, status_code=400)
         prompt, completion = len(text) // 4 + 1, 3
         self.billed.append(Bill("chat", body["model"], prompt + completion))
         return JSONResponse(

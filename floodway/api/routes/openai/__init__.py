@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from floodway.api.routes.openai import endpoints
+from floodway.api.routes.openai import batches, endpoints, files
 
 PREFIX = "/openai/v1"
 #: uploads may be larger than other bodies ([api] max_file_bytes)
@@ -13,4 +13,5 @@ FILES_PATH = PREFIX + "/files"
 
 # OpenAI's API reference describes these routes; floodway's OpenAPI document keeps to its own.
 router = APIRouter(prefix=PREFIX, tags=["openai"], include_in_schema=False)
-router.include_router(endpoints.router)
+for module in (endpoints, files, batches):
+    router.include_router(module.router)

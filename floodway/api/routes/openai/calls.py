@@ -126,11 +126,16 @@ def failure(task: Task, headers: dict[str, str] | None = None) -> ApiProblem:
         )
     if task.status is Status.CANCELLED:
         return ApiProblem(409, "task-cancelled", "the task was cancelled", headers=headers, **extra)
-    if error is not None and error.cls is ErrorClass.FATAL and upstream is not None:
-        # The provider refused the request itself; an error about the server's own account
-        # (its key, its quota) is not the caller's to fix.
-        if 400 <= upstream < 500 and upstream not in (401, 403, 429):
-            return ApiProblem(upstream, "upstream-refused", message, headers=headers, **extra)
+    # The provider refused the request itself: its answer is the caller's. An error about the
+    # server's own account (its key, its quota) is not the caller's to fix.
+    refused = error is not None and error.cls is ErrorClass.FATAL and upstream is not None
+    if (
+        refused
+        and upstream is not None
+        and 400 <= upstream < 500
+        and upstream not in (401, 403, 429)
+    ):
+        return ApiProblem(upstream, "upstream-refused", message, headers=headers, **extra)
     return ApiProblem(
         502,
         "upstream-failed",
