@@ -38,6 +38,8 @@ class FakeOpenAI:
     retry_after_ms: int = 50
     billed: list[Bill] = field(default_factory=list)
     throttled: int = 0
+    #: the Authorization header of every request (the server's provider key, never a tenant's)
+    authorizations: list[str] = field(default_factory=list)
     in_flight: int = 0
     peak_in_flight: int = 0
     _storm: int = 0
@@ -57,6 +59,7 @@ class FakeOpenAI:
         )
 
     async def _answer(self, request: Request, endpoint: str) -> tuple[dict[str, Any], Any]:
+        self.authorizations.append(request.headers.get("authorization", ""))
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
