@@ -115,6 +115,13 @@ async def create_batch(request: Request, tenant: Tenant, state: State) -> dict[s
         )
     input_id = body.get("input_file_id")
     source = await tenant_file(state, input_id if isinstance(input_id, str) else "", tenant)
+    if source.purpose != "batch":
+        raise ApiProblem(
+            400,
+            "invalid-input-file",
+            f"file {source.id} is a batch's {source.purpose}, not an input (purpose batch)",
+            param="input_file_id",
+        )
     content = await state.fw.store.file_content(source.id, tenant) or b""
     now = state.fw.clock.now()
     batch = OpenAIBatch(
