@@ -4,7 +4,8 @@ with a ledger of what it billed and a 429 storm on demand.
 Every answered call is billed (its usage recorded in :attr:`FakeOpenAI.billed`); a 429 or a
 5xx bills nothing, as at OpenAI. ``storm(n)`` answers the next ``n`` calls 429 with
 ``retry-after-ms``, the way OpenAI throttles; ``latency_s`` delays every answer. A chat whose
-last message starts with "refuse" is refused (400 ``content_policy_violation``).
+last message starts with "refuse" is refused (400 ``content_policy_violation``), and a body
+OpenAI could not read is a 400 ``invalid_request_error`` naming the field.
 """
 
 from __future__ import annotations
@@ -79,7 +80,12 @@ class FakeOpenAI:
             body, n = await self._answer(request, "chat")
         except _Throttled as exc:
             return exc.response()
-        text = str(body["messages"][-1]["content"])
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
+            return _invalid("messages", "messages must be a non-empty list of messages")
+        if not isinstance(body.get("max_tokens", 0), int):
+            return _invalid("max_tokens", "max_tokens must be an integer")
+        text = str(messages[-1].get("content", ""))
         if text.startswith("refuse"):
             error = {
                 "message": "Your request was rejected by the safety system",
@@ -117,7 +123,10 @@ class FakeOpenAI:
             body, _ = await self._answer(request, "embeddings")
         except _Throttled as exc:
             return exc.response()
-        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else texts
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return _invalid("input", "input must be a string or a list of strings")
         tokens = sum(len(str(t)) // 4 + 1 for t in texts)
         self.billed.append(Bill("embeddings", body["model"], tokens))
         data = [
@@ -138,7 +147,9 @@ class FakeOpenAI:
             body, n = await self._answer(request, "images")
         except _Throttled as exc:
             return exc.response()
-        count = int(body.get("n") or 1)
+        count = body.get("n", 1)
+        if not isinstance(count, int) or count < 1:
+            return _invalid("n", "n must be a positive integer")
         self.billed.append(Bill("images", body.get("model", ""), 0, images=count))
         data = [{"url": f"https://images.example/{n}-{i}.png"} for i in range(count)]
         return JSONResponse({"created": 1_700_000_000, "data": data})
@@ -158,6 +169,12 @@ class _Throttled(Exception):
         return JSONResponse(
             {"error": error}, status_code=429, headers={"retry-after-ms": str(self.retry_after_ms)}
         )
+
+
+def _invalid(param: str, message: str) -> JSONResponse:
+    """OpenAI's answer to a request it cannot read (nothing billed)."""
+    error = {"message": message, "type": "invalid_request_error", "param": param, "code": None}
+    return JSONResponse({"error": error}, status_code=400)
 
 
 def _vector(text: str) -> list[float]:

@@ -144,6 +144,13 @@ async def test_refusals_come_in_openais_error_shape(
     assert unknown.value.code == "model-not-found" and "gpt-4o-mini" in unknown.value.message
     with pytest.raises(openai.AuthenticationError):
         await front.sdk(key="nobody").models.list()
+    with pytest.raises(openai.BadRequestError) as refused:  # the provider's own 400, retold
+        await client.chat.completions.create(model="gpt-4o", messages=_ask("refuse this"))
+    assert refused.value.code == "content_policy_violation"
+    assert (
+        refused.value.message == "Error code: 400 - Your request was rejected by the safety system"
+    )
+    assert refused.value.response.headers["x-floodway-task"].startswith("t_")
     http = await front.server.client("key-a")
     raw = await http.post(
         "/openai/v1/embeddings", content=b"{", headers={"content-type": "application/json"}
@@ -152,3 +159,52 @@ async def test_refusals_come_in_openais_error_shape(
     assert raw.headers["content-type"] == "application/problem+json"
     assert raw.json()["error"]["type"] == "invalid_request_error"
     assert front.fake.billed == []
+
+
+BAD_REQUESTS = [
+    ("POST", "/openai/v1/chat/completions", {"messages": []}),
+    ("POST", "/openai/v1/chat/completions", {"model": 5, "messages": []}),
+    ("POST", "/openai/v1/chat/completions", {"model": "gpt-4o", "messages": "not a list"}),
+    ("POST", "/openai/v1/chat/completions", {"model": "gpt-4o", "max_tokens": "many"}),
+    ("POST", "/openai/v1/chat/completions", ["not", "an", "object"]),
+    ("POST", "/openai/v1/embeddings", {"model": "text-embedding-3-small", "input": {"x": 1}}),
+    ("POST", "/openai/v1/images/generations", {"model": "dall-e-3", "n": "two"}),
+    ("POST", "/openai/v1/batches", {}),
+    ("POST", "/openai/v1/batches", {"endpoint": "/v1/chat/completions", "completion_window": "1h"}),
+    (
+        "POST",
+        "/openai/v1/batches",
+        {"endpoint": "/v1/embeddings", "completion_window": "24h", "input_file_id": "file_\x00"},
+    ),
+    (
+        "POST",
+        "/openai/v1/batches",
+        {
+            "endpoint": "/v1/embeddings",
+            "completion_window": "24h",
+            "input_file_id": "f",
+            "metadata": {"k": 1},
+        },
+    ),
+    ("POST", "/openai/v1/files", None),
+    ("GET", "/openai/v1/files/%00", None),
+    ("GET", "/openai/v1/files/file_nope/content", None),
+    ("GET", "/openai/v1/batches/batch_nope", None),
+    ("GET", "/openai/v1/batches?after=%00", None),
+    ("GET", "/openai/v1/batches?limit=0", None),
+    ("POST", "/openai/v1/batches/batch_nope/cancel", None),
+    ("GET", "/openai/v1/models/nope", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), BAD_REQUESTS)
+async def test_bad_requests_are_4xx_problems_with_openais_error(
+    start_api: StartApi, api_stack: AsyncExitStack, method: str, path: str, body: object
+) -> None:
+    front = await start_front(start_api, api_stack)
+    http = await front.server.client("key-a")
+    answer = await http.request(method, path, json=body)
+    assert 400 <= answer.status_code < 500, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    error = answer.json()["error"]
+    assert error["message"] and error["type"] == "invalid_request_error"
