@@ -336,6 +336,8 @@ class Store(Protocol):
 
     async def file_content(self, file_id: str, tenant: str) -> bytes | None: ...
 
+    async def delete_file(self, file_id: str, tenant: str) -> bool: ...
+
     async def submit_openai_batch(
         self, batch: OpenAIBatch, tasks: Sequence[NewTask], now: float
     ) -> list[Submitted]:

@@ -44,6 +44,10 @@ class OpenAIRecords(ABC):
         row = await self._one("openai_file_content", id=file_id, tenant=tenant)
         return None if row is None else bytes(row["content"])
 
+    async def delete_file(self, file_id: str, tenant: str) -> bool:
+        params = {"id": file_id, "tenant": tenant}
+        return bool(await self._write(lambda _: count("delete_openai_file", **params)))
+
     async def submit_openai_batch(
         self, batch: OpenAIBatch, tasks: Sequence[NewTask], now: float
     ) -> list[Submitted]:

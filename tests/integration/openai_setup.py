@@ -26,7 +26,11 @@ class OpenAIFront:
         """The SDK as a user configures it; no retries of its own unless asked, so a 429 or
         an error that reached it would show."""
         kwargs.setdefault("max_retries", 0)
-        return openai.AsyncOpenAI(base_url=f"{self.server.url}/openai/v1", api_key=key, **kwargs)
+        client = openai.AsyncOpenAI(base_url=f"{self.server.url}/openai/v1", api_key=key, **kwargs)
+        # Closed before the server stops: an open pool left to the garbage collector closes
+        # itself at whatever moment the collector runs.
+        self.server.stack.push_async_callback(client.close)
+        return client
 
 
 def kinds(upstream: str, **extra: Any) -> dict[str, KindConfig]:

@@ -198,3 +198,30 @@ async def test_an_upload_over_max_file_bytes_is_a_413_naming_the_setting(
     with pytest.raises(openai.APIStatusError) as big:
         await client.files.create(file=("b.jsonl", _jsonl(["x"] * 100)), purpose="batch")
     assert big.value.status_code == 413 and "max_file_bytes" in big.value.message
+
+
+async def test_batches_list_newest_first_a_page_at_a_time_and_files_can_be_deleted(
+    start_api: StartApi, api_stack: AsyncExitStack, database: str | None
+) -> None:
+    front = await _front(start_api, api_stack, database, latency_s=0.0)
+    client = front.sdk()
+    uploaded = await client.files.create(file=("a.jsonl", _jsonl(["x"])), purpose="batch")
+    made = [
+        (
+            await client.batches.create(
+                input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
+        ).id
+        for _ in range(3)
+    ]
+    first = await client.batches.list(limit=2)
+    assert [b.id for b in first.data] == made[:0:-1] and first.has_more
+    rest = await client.batches.list(limit=2, after=first.data[-1].id)
+    assert [b.id for b in rest.data] == made[:1] and not rest.has_more
+    deleted = await client.files.delete(uploaded.id)
+    assert deleted.deleted and deleted.id == uploaded.id
+    with pytest.raises(openai.NotFoundError):
+        await client.files.retrieve(uploaded.id)
+    ended = await _until_ended(client, made[0])  # its tasks hold their requests
+    assert ended.status == "completed" and ended.request_counts is not None
+    assert ended.request_counts.completed == 1

@@ -11,6 +11,9 @@ WHERE id = %(id)s AND tenant = %(tenant)s;
 -- name: openai_file_content
 SELECT content FROM openai_files WHERE id = %(id)s AND tenant = %(tenant)s;
 
+-- name: delete_openai_file
+DELETE FROM openai_files WHERE id = %(id)s AND tenant = %(tenant)s;
+
 -- name: insert_openai_batch
 INSERT INTO openai_batches (id, tenant, endpoint, input_file_id, completion_window, status,
                             total, metadata, created_at, expires_at)

@@ -11,6 +11,9 @@ WHERE id = :id AND tenant = :tenant;
 -- name: openai_file_content
 SELECT content FROM openai_files WHERE id = :id AND tenant = :tenant;
 
+-- name: delete_openai_file
+DELETE FROM openai_files WHERE id = :id AND tenant = :tenant;
+
 -- name: insert_openai_batch
 INSERT INTO openai_batches (id, tenant, endpoint, input_file_id, completion_window, status,
                             total, metadata, created_at, expires_at)

@@ -4,7 +4,8 @@ Creating a batch reads its input file, checks every line (a bad line is a 400 th
 and submits one background task per line, with the batch's row, in one transaction. The
 batch is ``in_progress`` while its tasks run; the first read after the last one ends writes
 its output file (the successes) and error file (the rest), each line under its
-``custom_id``, and marks it ``completed`` (or ``cancelled``), once, whichever process reads.
+``custom_id``, and marks it ``completed`` (``cancelled``, or ``expired`` when the completion
+window ended first), once, whichever process reads.
 """
 
 from __future__ import annotations
@@ -219,7 +220,12 @@ async def _end(state: ApiState, batch: OpenAIBatch) -> None:
     bad = [t for t in tasks if t.status not in _SUCCESS]
     output = _file(batch, "output", _lines(_output_line(t) for t in good), now) if good else None
     errors = _file(batch, "errors", _lines(_error_line(t) for t in bad), now) if bad else None
-    status = "cancelled" if batch.status == "cancelling" else "completed"
+    if batch.status == "cancelling":
+        status = "cancelled"
+    elif now >= batch.expires_at and any(t.status is Status.TIMEOUT for t in tasks):
+        status = "expired"  # the window ended first: the rest is in the error file
+    else:
+        status = "completed"
     await state.fw.store.end_openai_batch(batch.id, batch.status, status, output, errors, now)
 
 
@@ -293,7 +299,7 @@ def _batch_object(batch: OpenAIBatch, completed: int, failed: int) -> dict[str, 
         "finalizing_at": ended,
         "completed_at": ended if batch.status == "completed" else None,
         "failed_at": None,
-        "expired_at": None,
+        "expired_at": ended if batch.status == "expired" else None,
         "cancelling_at": _at(batch.cancelling_at),
         "cancelled_at": ended if batch.status == "cancelled" else None,
         "request_counts": {"total": batch.total, "completed": completed, "failed": failed},

@@ -126,3 +126,10 @@ async def file_content(file_id: str, tenant: Tenant, state: State) -> Response:
     if content is None:
         raise ApiProblem(404, "file-not-found", f"no file {file_id[:64]!r}", param="file_id")
     return Response(content, media_type="application/octet-stream")
+
+
+@router.delete("/files/{file_id}")
+async def delete_file(file_id: str, tenant: Tenant, state: State) -> dict[str, Any]:
+    found = await tenant_file(state, file_id, tenant)
+    await state.fw.store.delete_file(found.id, tenant)
+    return {"id": found.id, "object": "file", "deleted": True}
