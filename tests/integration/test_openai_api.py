@@ -11,7 +11,7 @@ import pytest
 from floodway.core.task import Lane
 from floodway.store.base import TaskQuery
 from harness.openai_fake import FakeOpenAI
-from tests.integration.conftest import StartApi
+from tests.integration.conftest import StartApi, eventually
 from tests.integration.openai_setup import start_front
 
 
@@ -208,3 +208,27 @@ async def test_bad_requests_are_4xx_problems_with_openais_error(
     assert answer.headers["content-type"] == "application/problem+json"
     error = answer.json()["error"]
     assert error["message"] and error["type"] == "invalid_request_error"
+
+
+async def test_a_call_cancelled_through_floodway_answers_409_task_cancelled(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    front = await start_front(start_api, api_stack, fake=FakeOpenAI(latency_s=5.0))
+    client = front.sdk()
+    call = asyncio.ensure_future(
+        client.chat.completions.create(model="gpt-4o", messages=_ask("long"))
+    )
+    fw = front.server.fw
+    running: list[str] = []
+
+    async def started() -> bool:
+        running[:] = [t.id for t in await fw.list_tasks(TaskQuery(tenant="tenant-a"))]
+        return bool(running) and front.fake.in_flight == 1
+
+    await eventually(started)
+    http = await front.server.client("key-a")
+    assert (await http.delete(f"/v1/tasks/{running[0]}")).status_code == 200
+    with pytest.raises(openai.ConflictError) as cancelled:
+        await call
+    assert cancelled.value.code == "task-cancelled"
+    assert cancelled.value.response.headers["x-floodway-task"] == running[0]

@@ -33,6 +33,9 @@ TASK_HEADER = "X-Floodway-Task"
 FIRST_GUESS_S = 1.0
 #: the longest a request waits between two looks at its task (a retry may be foreseen late)
 LOOK_EVERY_S = 1.0
+#: a provider's refusal the caller can act on: any 4xx but those about the server's own
+#: account (its key, its permissions, its quota), which are not the caller's to fix
+_CALLERS_STATUSES = frozenset(range(400, 500)) - {401, 403, 429}
 _UPSTREAM = re.compile(r"^[A-Z]+ \S+: (?:HTTP (\d{3})(?: \S+)?: )?", re.DOTALL)
 
 
@@ -115,33 +118,24 @@ def failure(task: Task, headers: dict[str, str] | None = None) -> ApiProblem:
     found = _UPSTREAM.match(message)
     upstream = int(found.group(1)) if found and found.group(1) else None
     message = message[found.end() :] if found else message
-    extra: dict[str, Any] = {"task_id": task.id, "code": error.type if error else None}
     if task.status is Status.TIMEOUT:
-        return ApiProblem(
-            504,
-            "deadline-passed",
-            f"the task's deadline passed: {message}",
-            headers=headers,
-            **extra,
-        )
+        detail = f"the task's deadline passed: {message}"
+        return ApiProblem(504, "deadline-passed", detail, headers=headers, task_id=task.id)
     if task.status is Status.CANCELLED:
-        return ApiProblem(409, "task-cancelled", "the task was cancelled", headers=headers, **extra)
-    # The provider refused the request itself: its answer is the caller's. An error about the
-    # server's own account (its key, its quota) is not the caller's to fix.
-    refused = error is not None and error.cls is ErrorClass.FATAL and upstream is not None
-    if (
-        refused
-        and upstream is not None
-        and 400 <= upstream < 500
-        and upstream not in (401, 403, 429)
-    ):
-        return ApiProblem(upstream, "upstream-refused", message, headers=headers, **extra)
+        detail = "the task was cancelled"
+        return ApiProblem(409, "task-cancelled", detail, headers=headers, task_id=task.id)
+    code = error.type if error is not None else None
+    if error is not None and error.cls is ErrorClass.FATAL and upstream in _CALLERS_STATUSES:
+        return ApiProblem(
+            upstream, "upstream-refused", message, headers=headers, task_id=task.id, code=code
+        )
     return ApiProblem(
         502,
         "upstream-failed",
         f"the provider did not answer usefully: {message}",
         headers=headers,
-        **extra,
+        task_id=task.id,
+        code=code,
     )
 
 

@@ -36,8 +36,8 @@ async def _call(
             param="stream",
         )
     task = await submit_call(state, tenant, kind, body, key or None)
-    budget = wait_budget(request.headers, task.deadline_at and task.deadline_at - task.created_at)
-    return await await_call(state, task, budget)
+    left = None if task.deadline_at is None else task.deadline_at - state.fw.clock.now()
+    return await await_call(state, task, wait_budget(request.headers, left))
 
 
 @router.post("/chat/completions", dependencies=[JSON_BODY])
