@@ -129,6 +129,10 @@ async def test_a_call_that_would_pass_the_clients_deadline_is_a_429_and_goes_on(
     answer = await patient.chat.completions.create(model="gpt-4o-mini", messages=_ask("slow"))
     assert answer.choices[0].message.content == "echo: slow"
     assert len(front.fake.billed) == 1  # the second request collected the first one's work
+    sdk_retries = front.sdk(timeout=2.0, max_retries=2)  # the SDK's defaults, but the timeout
+    answer = await sdk_retries.chat.completions.create(model="gpt-4o-mini", messages=_ask("later"))
+    assert answer.choices[0].message.content == "echo: later"  # its retry collected the work
+    assert len(front.fake.billed) == 2
 
 
 async def test_refusals_come_in_openais_error_shape(

@@ -155,7 +155,12 @@ async def _too_late(state: ApiState, task: Task, budget_s: float) -> NoReturn:
         f"the call is still {task.status.value} and would not end within this request's "
         f"{budget_s:.1f} s (X-Stainless-Read-Timeout, less a margin, or the kind's deadline); "
         f"floodway keeps working on it: send the same request again in {retry_after:.1f} s",
-        headers={"Retry-After": retry_after_header(retry_after), TASK_HEADER: task.id},
+        # retry-after-ms as OpenAI sends it (the SDKs prefer it), Retry-After for the rest
+        headers={
+            "Retry-After": retry_after_header(retry_after),
+            "retry-after-ms": str(math.ceil(1000 * retry_after)),
+            TASK_HEADER: task.id,
+        },
         task_id=task.id,
         retry_after=retry_after,
     )
