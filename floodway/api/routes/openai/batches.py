@@ -125,20 +125,20 @@ async def create_batch(request: Request, tenant: Tenant, state: State) -> dict[s
         )
     content = await state.fw.store.file_content(source.id, tenant) or b""
     now = state.fw.clock.now()
+    batch_id = new_id(now, prefix="batch")
+    news = _tasks(state, tenant, batch_id, endpoint, content, WINDOW_S[window])
     batch = OpenAIBatch(
-        id=new_id(now, prefix="batch"),
+        id=batch_id,
         tenant=tenant,
         endpoint=endpoint,
         input_file_id=source.id,
         completion_window=window,
         status="in_progress",
-        total=0,
+        total=len(news),
         created_at=now,
         expires_at=now + WINDOW_S[window],
         metadata=metadata,
     )
-    news = _tasks(state, tenant, batch.id, endpoint, content, WINDOW_S[window])
-    batch = OpenAIBatch(**{**batch.__dict__, "total": len(news)})
     await admit_submit(state, tenant)
     await state.fw.store.submit_openai_batch(batch, news, now)
     return await _current(state, batch)
