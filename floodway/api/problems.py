@@ -37,6 +37,7 @@ from floodway.core.errors import (
     Unavailable,
     UnknownKind,
 )
+from floodway.openai_wire import openai_error
 
 log = logging.getLogger("floodway.api")
 
@@ -129,23 +130,10 @@ def problem_response(
         body["instance"] = instance
     body.update(extra)
     if instance is not None and instance.startswith(OPENAI_PREFIX):
+        # OpenAI's error object as an extension member: the official SDKs read it, while the
+        # document stays a problem like every other error of the API.
         body["error"] = openai_error(status, extra.get("code") or slug, detail, extra.get("param"))
     return ProblemResponse(body, status_code=status, headers=dict(headers or {}))
-
-
-def openai_error(status: int, code: str, detail: str, param: Any = None) -> dict[str, Any]:
-    """OpenAI's error object, an extension member of the problem: the official SDKs read
-    ``error.message``, ``error.type`` and ``error.code`` from it, while the document stays an
-    RFC 9457 problem like every other error of the API."""
-    if status == 429:
-        kind = "rate_limit_error"
-    elif status >= 500:
-        kind = "server_error"
-    elif status == 401:
-        kind = "authentication_error"
-    else:
-        kind = "invalid_request_error"
-    return {"message": detail, "type": kind, "param": param, "code": code}
 
 
 def problem_bytes(

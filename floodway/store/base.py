@@ -350,6 +350,10 @@ class Store(Protocol):
         self, tenant: str, after: str | None, limit: int
     ) -> list[OpenAIBatch]: ...
 
+    async def ended_openai_batches(self, limit: int) -> list[OpenAIBatch]:
+        """Batches in progress or cancelling whose tasks have all ended."""
+        ...
+
     async def cancel_openai_batch(self, batch_id: str, tenant: str, now: float) -> bool: ...
 
     async def end_openai_batch(

@@ -71,6 +71,10 @@ class OpenAIRecords(ABC):
         rows = await self._all("list_openai_batches", tenant=tenant, after=after, limit=limit)
         return [_batch(r) for r in rows]
 
+    async def ended_openai_batches(self, limit: int) -> list[OpenAIBatch]:
+        """Batches in progress or cancelling whose tasks have all ended."""
+        return [_batch(r) for r in await self._all("ended_openai_batches", limit=limit)]
+
     async def cancel_openai_batch(self, batch_id: str, tenant: str, now: float) -> bool:
         """in_progress -> cancelling; False when the batch was not in progress."""
         params = {"id": batch_id, "tenant": tenant, "now": now}

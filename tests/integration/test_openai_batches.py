@@ -225,3 +225,28 @@ async def test_batches_list_newest_first_a_page_at_a_time_and_files_can_be_delet
     ended = await _until_ended(client, made[0])  # its tasks hold their requests
     assert ended.status == "completed" and ended.request_counts is not None
     assert ended.request_counts.completed == 1
+
+
+async def test_maintenance_ends_a_batch_that_nobody_reads(
+    start_api: StartApi, api_stack: AsyncExitStack, database: str | None
+) -> None:
+    """Its files are written while the results are there, not at a read days later."""
+    front = await _front(start_api, api_stack, database, latency_s=0.0)
+    client = front.sdk()
+    uploaded = await client.files.create(
+        file=("a.jsonl", _jsonl(["a", "refuse b"])), purpose="batch"
+    )
+    batch = await client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    store = front.server.fw.store
+
+    async def ended() -> bool:  # read from the ledger, not through the API
+        row = await store.get_openai_batch(batch.id, "tenant-a")
+        return row is not None and row.status == "completed"
+
+    await eventually(ended)
+    row = await store.get_openai_batch(batch.id, "tenant-a")
+    assert row is not None and row.output_file_id and row.error_file_id
+    output = await store.file_content(row.output_file_id, "tenant-a")
+    assert output is not None and b'"custom_id":"req-0"' in output

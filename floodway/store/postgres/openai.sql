@@ -38,3 +38,12 @@ UPDATE openai_batches
 SET status = %(status)s, output_file_id = %(output_file_id)s, error_file_id = %(error_file_id)s,
     ended_at = %(now)s
 WHERE id = %(id)s AND status = %(expected)s;
+
+-- name: ended_openai_batches
+SELECT * FROM openai_batches b
+WHERE status IN ('in_progress', 'cancelling')
+  AND NOT EXISTS (
+    SELECT 1 FROM tasks t
+    WHERE t.batch_id = b.id AND t.status NOT IN ('succeeded', 'deduped', 'failed', 'dead',
+                                                 'timeout', 'cancelled'))
+ORDER BY id LIMIT %(limit)s;

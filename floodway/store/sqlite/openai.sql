@@ -37,3 +37,12 @@ UPDATE openai_batches
 SET status = :status, output_file_id = :output_file_id, error_file_id = :error_file_id,
     ended_at = :now
 WHERE id = :id AND status = :expected;
+
+-- name: ended_openai_batches
+SELECT * FROM openai_batches b
+WHERE status IN ('in_progress', 'cancelling')
+  AND NOT EXISTS (
+    SELECT 1 FROM tasks t
+    WHERE t.batch_id = b.id AND t.status NOT IN ('succeeded', 'deduped', 'failed', 'dead',
+                                                 'timeout', 'cancelled'))
+ORDER BY id LIMIT :limit;

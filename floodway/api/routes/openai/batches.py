@@ -2,34 +2,30 @@
 
 Creating a batch reads its input file, checks every line (a bad line is a 400 that names it)
 and submits one background task per line, with the batch's row, in one transaction. The
-batch is ``in_progress`` while its tasks run; the first read after the last one ends writes
-its output file (the successes) and error file (the rest), each line under its
-``custom_id``, and marks it ``completed`` (``cancelled``, or ``expired`` when the completion
-window ended first), once, whichever process reads.
+batch is ``in_progress`` while its tasks run; once the last one ended, its files are written
+and it ends (:mod:`floodway.maintenance.openai_batches`: by maintenance, or by the first read).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import re
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
 from floodway.api.auth import Tenant
 from floodway.api.media import JSON_BODY
-from floodway.api.problems import ApiProblem, openai_error
-from floodway.api.routes.openai.calls import failure
+from floodway.api.problems import ApiProblem
 from floodway.api.routes.openai.catalog import PATHS, json_object, kind_for
 from floodway.api.routes.openai.files import jsonl_lines, tenant_file
 from floodway.api.state import ApiState, api_state
 from floodway.api.submission import admit_submit
 from floodway.core.errors import FloodwayError, IllegalTransition
 from floodway.core.states import TERMINAL, Status
-from floodway.core.task import Lane, NewTask, SubmitRequest, Task, new_id
-from floodway.store.base import OpenAIBatch, StoredFile, TaskQuery
+from floodway.core.task import Lane, NewTask, SubmitRequest, new_id
+from floodway.maintenance.openai_batches import SUCCESS, BatchEnder
+from floodway.store.base import OpenAIBatch
 
 router = APIRouter()
 
@@ -37,8 +33,6 @@ State = Annotated[ApiState, Depends(api_state)]
 
 WINDOW_S = {"24h": 24 * 3600.0}
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_SUCCESS = (Status.SUCCEEDED, Status.DEDUPED)
-_PAGE = 1000
 
 
 def _problem(line: int, detail: str) -> ApiProblem:
@@ -184,22 +178,11 @@ async def cancel_batch(batch_id: str, tenant: Tenant, state: State) -> dict[str,
     if batch.status == "completed":
         raise ApiProblem(409, "batch-ended", f"batch {batch.id} has completed already")
     if await fw.store.cancel_openai_batch(batch.id, tenant, fw.clock.now()):
-        for task in await _batch_tasks(state, batch):
+        for task in await BatchEnder(fw.runtime).tasks(batch):
             if not task.terminal:
                 with contextlib.suppress(IllegalTransition):  # it ended meanwhile
                     await fw.cancel(task.id, tenant=tenant)
     return await _current(state, await _found(state, batch_id, tenant))
-
-
-async def _batch_tasks(state: ApiState, batch: OpenAIBatch) -> list[Task]:
-    tasks: list[Task] = []
-    while True:
-        after = tasks[-1].seq if tasks else None
-        query = TaskQuery(tenant=batch.tenant, batch_id=batch.id, after_seq=after, limit=_PAGE)
-        page = await state.fw.list_tasks(query)
-        tasks.extend(page)
-        if len(page) < _PAGE:
-            return tasks
 
 
 async def _current(state: ApiState, batch: OpenAIBatch) -> dict[str, Any]:
@@ -207,74 +190,10 @@ async def _current(state: ApiState, batch: OpenAIBatch) -> dict[str, Any]:
     counts = await state.fw.store.batch_counts(batch.id, batch.tenant)
     ended = sum(n for s, n in counts.items() if Status(s) in TERMINAL)
     if batch.status in ("in_progress", "cancelling") and ended == batch.total:
-        await _end(state, batch)
+        await BatchEnder(state.fw.runtime).end(batch)
         batch = await _found(state, batch.id, batch.tenant)
-    done = sum(counts.get(s.value, 0) for s in _SUCCESS)
+    done = sum(counts.get(s.value, 0) for s in SUCCESS)
     return _batch_object(batch, done, ended - done)
-
-
-async def _end(state: ApiState, batch: OpenAIBatch) -> None:
-    tasks = await _batch_tasks(state, batch)
-    now = state.fw.clock.now()
-    good = [t for t in tasks if t.status in _SUCCESS]
-    bad = [t for t in tasks if t.status not in _SUCCESS]
-    output = _file(batch, "output", _lines(_output_line(t) for t in good), now) if good else None
-    errors = _file(batch, "errors", _lines(_error_line(t) for t in bad), now) if bad else None
-    if batch.status == "cancelling":
-        status = "cancelled"
-    elif now >= batch.expires_at and any(t.status is Status.TIMEOUT for t in tasks):
-        status = "expired"  # the window ended first: the rest is in the error file
-    else:
-        status = "completed"
-    await state.fw.store.end_openai_batch(batch.id, batch.status, status, output, errors, now)
-
-
-def _file(batch: OpenAIBatch, what: str, content: bytes, now: float) -> tuple[StoredFile, bytes]:
-    stored = StoredFile(
-        id=new_id(now, prefix="file"),
-        tenant=batch.tenant,
-        purpose="batch_output",
-        filename=f"{batch.id}_{what}.jsonl",
-        bytes=len(content),
-        created_at=now,
-    )
-    return stored, content
-
-
-def _lines(items: Iterator[dict[str, Any]]) -> bytes:
-    return b"".join(json.dumps(item, separators=(",", ":")).encode() + b"\n" for item in items)
-
-
-def _output_line(task: Task) -> dict[str, Any]:
-    response = {"status_code": 200, "request_id": task.id, "body": task.result}
-    return {
-        "id": f"batch_req_{task.id}",
-        "custom_id": _custom_id(task),
-        "response": response,
-        "error": None,
-    }
-
-
-def _error_line(task: Task) -> dict[str, Any]:
-    line: dict[str, Any] = {"id": f"batch_req_{task.id}", "custom_id": _custom_id(task)}
-    if task.status is Status.CANCELLED:
-        return {
-            **line,
-            "response": None,
-            "error": {"code": "batch_cancelled", "message": "the batch was cancelled"},
-        }
-    if task.status is Status.TIMEOUT:
-        message = "the batch's completion window ended first"
-        return {**line, "response": None, "error": {"code": "batch_expired", "message": message}}
-    problem = failure(task)
-    error = openai_error(problem.status, problem.extra.get("code") or problem.slug, problem.detail)
-    response = {"status_code": problem.status, "request_id": task.id, "body": {"error": error}}
-    return {**line, "response": response, "error": None}
-
-
-def _custom_id(task: Task) -> str | None:
-    value = task.metadata.get("custom_id")
-    return value if isinstance(value, str) else None
 
 
 def _at(value: float | None) -> int | None:

@@ -12,7 +12,6 @@ meanwhile, so asking again (the same body, or the same Idempotency-Key) collects
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, NoReturn
@@ -25,7 +24,8 @@ from floodway.api.submission import admit_submit
 from floodway.core.errors import AdmissionRefused, InvalidInput, WaitTimeout
 from floodway.core.job_durations import JobDurations
 from floodway.core.states import Status
-from floodway.core.task import ErrorClass, Lane, SubmitRequest, Task
+from floodway.core.task import Lane, SubmitRequest, Task
+from floodway.openai_wire import task_failure
 
 READ_TIMEOUT = "x-stainless-read-timeout"
 TASK_HEADER = "X-Floodway-Task"
@@ -33,10 +33,6 @@ TASK_HEADER = "X-Floodway-Task"
 FIRST_GUESS_S = 1.0
 #: the longest a request waits between two looks at its task (a retry may be foreseen late)
 LOOK_EVERY_S = 1.0
-#: a provider's refusal the caller can act on: any 4xx but those about the server's own
-#: account (its key, its permissions, its quota), which are not the caller's to fix
-_CALLERS_STATUSES = frozenset(range(400, 500)) - {401, 403, 429}
-_UPSTREAM = re.compile(r"^[A-Z]+ \S+: (?:HTTP (\d{3})(?: \S+)?: )?", re.DOTALL)
 
 
 def wait_budget(headers: Mapping[str, str], deadline_s: float | None) -> float:
@@ -113,29 +109,14 @@ def _answer(state: ApiState, task: Task) -> JSONResponse:
 
 def failure(task: Task, headers: dict[str, str] | None = None) -> ApiProblem:
     """A task that ended without a result, as the problem the client gets."""
-    error = task.error
-    message = error.message if error is not None else task.status.value
-    found = _UPSTREAM.match(message)
-    upstream = int(found.group(1)) if found and found.group(1) else None
-    message = message[found.end() :] if found else message
-    if task.status is Status.TIMEOUT:
-        detail = f"the task's deadline passed: {message}"
-        return ApiProblem(504, "deadline-passed", detail, headers=headers, task_id=task.id)
-    if task.status is Status.CANCELLED:
-        detail = "the task was cancelled"
-        return ApiProblem(409, "task-cancelled", detail, headers=headers, task_id=task.id)
-    code = error.type if error is not None else None
-    if error is not None and error.cls is ErrorClass.FATAL and upstream in _CALLERS_STATUSES:
-        return ApiProblem(
-            upstream, "upstream-refused", message, headers=headers, task_id=task.id, code=code
-        )
+    failed = task_failure(task)
     return ApiProblem(
-        502,
-        "upstream-failed",
-        f"the provider did not answer usefully: {message}",
+        failed.status,
+        failed.slug,
+        failed.message,
         headers=headers,
         task_id=task.id,
-        code=code,
+        code=failed.code or failed.slug,
     )
 
 

@@ -30,3 +30,6 @@ CREATE TABLE openai_batches (
     ended_at           REAL
 );
 CREATE INDEX openai_batches_tenant ON openai_batches (tenant, id);
+-- Batches still running, for maintenance to end once their tasks have.
+CREATE INDEX openai_batches_running ON openai_batches (id)
+    WHERE status IN ('in_progress', 'cancelling');
