@@ -40,6 +40,13 @@ class OpenAIRecords(ABC):
         row = await self._one("get_openai_file", id=file_id, tenant=tenant)
         return None if row is None else StoredFile(**row)
 
+    async def list_files(
+        self, tenant: str, purpose: str | None, after: str | None, limit: int
+    ) -> list[StoredFile]:
+        """Newest first; ``after``: the last id of the previous page."""
+        params = {"tenant": tenant, "purpose": purpose, "after": after, "limit": limit}
+        return [StoredFile(**r) for r in await self._all("list_openai_files", **params)]
+
     async def file_content(self, file_id: str, tenant: str) -> bytes | None:
         row = await self._one("openai_file_content", id=file_id, tenant=tenant)
         return None if row is None else bytes(row["content"])

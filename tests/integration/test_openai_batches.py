@@ -218,6 +218,10 @@ async def test_batches_list_newest_first_a_page_at_a_time_and_files_can_be_delet
     assert [b.id for b in first.data] == made[:0:-1] and first.has_more
     rest = await client.batches.list(limit=2, after=first.data[-1].id)
     assert [b.id for b in rest.data] == made[:1] and not rest.has_more
+    files = await client.files.list(purpose="batch")
+    assert [f.id for f in files.data] == [uploaded.id]
+    outputs = await client.files.list(purpose="batch_output")  # maintenance's, of ended batches
+    assert {f.purpose for f in outputs.data} <= {"batch_output"}
     deleted = await client.files.delete(uploaded.id)
     assert deleted.deleted and deleted.id == uploaded.id
     with pytest.raises(openai.NotFoundError):

@@ -8,6 +8,12 @@ VALUES (%(id)s, %(tenant)s, %(purpose)s, %(filename)s, %(bytes)s, %(content)s, %
 SELECT id, tenant, purpose, filename, bytes, created_at FROM openai_files
 WHERE id = %(id)s AND tenant = %(tenant)s;
 
+-- name: list_openai_files
+SELECT id, tenant, purpose, filename, bytes, created_at FROM openai_files
+WHERE tenant = %(tenant)s AND (%(purpose)s::text IS NULL OR purpose = %(purpose)s::text)
+  AND (%(after)s::text IS NULL OR id < %(after)s::text)
+ORDER BY id DESC LIMIT %(limit)s;
+
 -- name: openai_file_content
 SELECT content FROM openai_files WHERE id = %(id)s AND tenant = %(tenant)s;
 

@@ -8,6 +8,12 @@ VALUES (:id, :tenant, :purpose, :filename, :bytes, :content, :created_at);
 SELECT id, tenant, purpose, filename, bytes, created_at FROM openai_files
 WHERE id = :id AND tenant = :tenant;
 
+-- name: list_openai_files
+SELECT id, tenant, purpose, filename, bytes, created_at FROM openai_files
+WHERE tenant = :tenant AND (:purpose IS NULL OR purpose = :purpose)
+  AND (:after IS NULL OR id < :after)
+ORDER BY id DESC LIMIT :limit;
+
 -- name: openai_file_content
 SELECT content FROM openai_files WHERE id = :id AND tenant = :tenant;
 

@@ -8,7 +8,7 @@ import json
 import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 from starlette.datastructures import UploadFile
 
@@ -112,6 +112,26 @@ async def upload(request: Request, tenant: Tenant, state: State) -> dict[str, An
     )
     await state.fw.store.put_file(stored, content)
     return file_object(stored)
+
+
+@router.get("/files")
+async def list_files(
+    tenant: Tenant,
+    state: State,
+    purpose: Annotated[str | None, Query(max_length=64, pattern=_ID.pattern)] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000,
+    after: Annotated[str | None, Query(max_length=64, pattern=_ID.pattern)] = None,
+) -> dict[str, Any]:
+    """The tenant's files, newest first (the ``order`` OpenAI defaults to)."""
+    found = await state.fw.store.list_files(tenant, purpose, after, limit + 1)
+    data = [file_object(f) for f in found[:limit]]
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": len(found) > limit,
+    }
 
 
 @router.get("/files/{file_id}")
