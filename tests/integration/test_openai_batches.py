@@ -170,6 +170,10 @@ async def test_bad_uploads_and_batches_are_refused_with_what_is_wrong(
     with pytest.raises(openai.BadRequestError) as not_json:
         await client.files.create(file=("x.jsonl", b'{"custom_id": "a"}\nnope\n'), purpose="batch")
     assert "line 2" in not_json.value.message
+    deep = b'{"custom_id": "a", "body": ' + b"[" * 5000 + b"]" * 5000 + b"}\n"
+    with pytest.raises(openai.BadRequestError) as too_deep:
+        await client.files.create(file=("x.jsonl", deep), purpose="batch")
+    assert "line 1 nests deeper" in too_deep.value.message
     with pytest.raises(openai.BadRequestError) as purpose:
         await client.files.create(file=("x.jsonl", _jsonl(["x"])), purpose="fine-tune")
     assert purpose.value.param == "purpose"
@@ -222,6 +226,16 @@ async def test_batches_list_newest_first_a_page_at_a_time_and_files_can_be_delet
     assert [f.id for f in files.data] == [uploaded.id]
     outputs = await client.files.list(purpose="batch_output")  # maintenance's, of ended batches
     assert {f.purpose for f in outputs.data} <= {"batch_output"}
+    raw = (  # a NUL in the file name, which no SDK would send (PostgreSQL text cannot hold it)
+        b'--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="n\x00ul.jsonl"\r\n'
+        b"Content-Type: application/jsonl\r\n\r\n" + _jsonl(["x"]) + b"\r\n--b--\r\n"
+    )
+    http = await front.server.client("key-a")
+    named = await http.post(
+        "/openai/v1/files", content=raw, headers={"content-type": "multipart/form-data; boundary=b"}
+    )
+    assert named.status_code == 200 and named.json()["filename"] == "nul.jsonl"
     deleted = await client.files.delete(uploaded.id)
     assert deleted.deleted and deleted.id == uploaded.id
     with pytest.raises(openai.NotFoundError):

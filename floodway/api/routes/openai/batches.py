@@ -46,7 +46,7 @@ def _tasks(
 ) -> list[NewTask]:
     fw, seen = state.fw, set[str]()
     news = []
-    for number, line in jsonl_lines(content):
+    for number, line in jsonl_lines(content, state.settings.api.max_json_depth):
         custom_id, body = line.get("custom_id"), line.get("body")
         if not isinstance(custom_id, str) or not custom_id:
             raise _problem(number, "custom_id must be a non-empty string")

@@ -13,6 +13,7 @@ from fastapi.responses import Response
 from starlette.datastructures import UploadFile
 
 from floodway.api.auth import Tenant
+from floodway.api.guard import json_too_deep
 from floodway.api.problems import ApiProblem
 from floodway.api.state import ApiState, api_state
 from floodway.core.task import new_id
@@ -25,6 +26,8 @@ State = Annotated[ApiState, Depends(api_state)]
 #: OpenAI's own limit on the requests of one batch
 MAX_REQUESTS = 50_000
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: not kept in a file name (PostgreSQL's text cannot even hold NUL)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def file_object(file: StoredFile) -> dict[str, Any]:
@@ -41,8 +44,9 @@ def file_object(file: StoredFile) -> dict[str, Any]:
     }
 
 
-def jsonl_lines(content: bytes) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) of each non-blank line; a 400 naming the first bad line."""
+def jsonl_lines(content: bytes, max_depth: int) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-blank line; a 400 naming the first bad line. A line
+    is held to ``[api] max_json_depth`` as a JSON body is (before any parser recurses)."""
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError:
@@ -51,6 +55,14 @@ def jsonl_lines(content: bytes) -> list[tuple[int, dict[str, Any]]]:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        if json_too_deep(line.encode(), max_depth):
+            raise ApiProblem(
+                400,
+                "invalid-file",
+                f"line {number} nests deeper than {max_depth} levels (max_json_depth)",
+                param="file",
+                line=number,
+            )
         try:
             value = json.loads(line)
         except ValueError:
@@ -100,13 +112,14 @@ async def upload(request: Request, tenant: Tenant, state: State) -> dict[str, An
     if not isinstance(upload, UploadFile):
         raise ApiProblem(400, "file-missing", "send the file as the multipart field 'file'")
     content = await upload.read()
-    jsonl_lines(content)  # a file no batch could read is refused now, not at batch creation
+    # A file no batch could read is refused now, not at batch creation.
+    jsonl_lines(content, state.settings.api.max_json_depth)
     now = state.fw.clock.now()
     stored = StoredFile(
         id=new_id(now, prefix="file"),
         tenant=tenant,
         purpose="batch",
-        filename=(upload.filename or "batch.jsonl")[:255],
+        filename=_CONTROL.sub("", upload.filename or "")[:255] or "batch.jsonl",
         bytes=len(content),
         created_at=now,
     )
