@@ -26,6 +26,7 @@ from floodway.core.job_durations import JobDurations
 from floodway.core.states import Status
 from floodway.core.task import Lane, SubmitRequest, Task
 from floodway.openai_wire import task_failure
+from floodway.wire import printable
 
 READ_TIMEOUT = "x-stainless-read-timeout"
 TASK_HEADER = "X-Floodway-Task"
@@ -101,9 +102,9 @@ def _answer(state: ApiState, task: Task) -> JSONResponse:
         if task.finished_at is not None:
             durations = state.call_durations.setdefault(task.kind, JobDurations(quantile=0.5))
             durations.record(task.created_at, task.finished_at)
-        return JSONResponse(task.result, headers=headers)
+        return JSONResponse(printable(task.result), headers=headers)
     if task.status is Status.DEDUPED:
-        return JSONResponse(task.result, headers=headers)
+        return JSONResponse(printable(task.result), headers=headers)
     raise failure(task, headers)
 
 

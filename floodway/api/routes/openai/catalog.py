@@ -10,6 +10,7 @@ from fastapi import Request
 
 from floodway.api.problems import ApiProblem
 from floodway.config import Settings
+from floodway.wire import valid_unicode
 
 #: the OpenAI paths (under /v1) that floodway serves, and the kind endpoint behind each
 PATHS = {
@@ -53,4 +54,6 @@ async def json_object(request: Request) -> dict[str, Any]:
         raise ApiProblem(400, "malformed-json", "the request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise ApiProblem(400, "invalid-body", "the request body must be a JSON object")
+    if not valid_unicode(body):  # "\ud800" is JSON syntax, but no text
+        raise ApiProblem(400, "invalid-body", "the body holds a lone surrogate: not Unicode text")
     return body

@@ -18,6 +18,7 @@ from floodway.api.problems import ApiProblem
 from floodway.api.state import ApiState, api_state
 from floodway.core.task import new_id
 from floodway.store.base import StoredFile
+from floodway.wire import valid_unicode
 
 router = APIRouter()
 
@@ -69,11 +70,11 @@ def jsonl_lines(content: bytes, max_depth: int) -> list[tuple[int, dict[str, Any
             raise ApiProblem(
                 400, "invalid-file", f"line {number} is not JSON", param="file", line=number
             ) from None
-        if not isinstance(value, dict):
+        if not isinstance(value, dict) or not valid_unicode(value):
             raise ApiProblem(
                 400,
                 "invalid-file",
-                f"line {number} is not a JSON object",
+                f"line {number} is not a JSON object of Unicode text",
                 param="file",
                 line=number,
             )
