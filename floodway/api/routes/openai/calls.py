@@ -3,10 +3,11 @@ resource's limits with floodway's retries, and awaited within the client's deadl
 
 The client's deadline is the read timeout the official Python SDK sends
 (``X-Stainless-Read-Timeout``), less a margin so the answer arrives before the client gives up,
-and never past the kind's ``deadline``. A provider 429 or 5xx is floodway's to retry; the client sees a 429 only when the
-task would not end within its deadline, with a Retry-After floodway computed: the time to the
-task's next attempt plus the median time recent calls of the kind took. The work goes on
-meanwhile, so asking again (the same body, or the same Idempotency-Key) collects it.
+and never past the kind's ``deadline``. A provider 429 or 5xx is floodway's to retry; the
+client sees a 429 only when the task would not end within its deadline, with a Retry-After
+floodway computed: the time to the task's next attempt plus the median time recent calls of
+the kind took. The work goes on meanwhile, so asking again (the same body, or the same
+Idempotency-Key) collects it.
 """
 
 from __future__ import annotations
