@@ -38,6 +38,9 @@ ORDER = (
     "C1",
     "F1",
     "F2",
+    "O1",
+    "O2",
+    "O3",
 )
 #: bench.fleet's runs of the learning scenarios: (makespan/optimum floor, share of 429s floor)
 FLEET_LEARNING = {"Q6": (1.15, 0.02), "Q7": (1.20, 0.05)}

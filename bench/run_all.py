@@ -74,6 +74,7 @@ def steps() -> list[Step]:
         Step("U1/U2", "bench.upstream"),
         Step("C1", "bench.crash"),
         Step("F1/F2, Q6/Q7 on the fleet", "bench.fleet"),
+        Step("O1-O3 (the OpenAI-compatible front)", "bench.openai_front"),
     ]
     return plan
 

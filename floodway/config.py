@@ -167,6 +167,12 @@ class ApiConfig(_Strict):
         description='hosts a callback_url may name ("hooks.example.com", "*.example.com"); '
         "empty = any (set it when callers are not trusted)",
     )
+    max_file_bytes: int = Field(
+        16 * 1_048_576,
+        gt=0,
+        description="largest file uploaded to POST /openai/v1/files (413 beyond); other "
+        "bodies keep max_body_bytes",
+    )
 
 
 class RetentionConfig(_Strict):
@@ -308,6 +314,12 @@ class KindConfig(_Strict):
         description="the model, when the input names none",
         json_schema_extra=_for("openai"),
     )
+    models: list[str] = Field(
+        default_factory=list,
+        description="the model names this kind serves on /openai/v1 (a request's model picks "
+        "the kind); empty: model, if set",
+        json_schema_extra=_for("openai"),
+    )
     cost: str | None = Field(
         None,
         description='the cost estimate: "tokens", "chars" or "fixed:N"; unset: the '
@@ -349,6 +361,13 @@ class KindConfig(_Strict):
     options: dict[str, Any] = Field(
         default_factory=dict, description="adapter-specific extras: see [kinds.NAME.options]"
     )
+
+    @property
+    def served_models(self) -> list[str]:
+        """The model names /openai/v1 routes to this kind (only an openai kind serves any)."""
+        if self.adapter != "openai":
+            return []
+        return self.models or ([self.model] if self.model else [])
 
 
 class CallbacksConfig(_Strict):
@@ -419,6 +438,15 @@ class Settings(BaseSettings):
                 )
             if kind.fallback and kind.fallback not in self.kinds:
                 raise ValueError(f"kinds.{name}.fallback names unknown kind {kind.fallback!r}")
+        served: dict[tuple[str, str], str] = {}
+        for name, kind in self.kinds.items():
+            for model in kind.served_models:
+                other = served.setdefault((kind.endpoint, model), name)
+                if other != name:
+                    raise ValueError(
+                        f"kinds.{name} and kinds.{other} both serve model {model!r} on "
+                        f"{kind.endpoint}: a request's model must pick one kind"
+                    )
         return self
 
     @classmethod

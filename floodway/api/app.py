@@ -18,6 +18,7 @@ from floodway.api.history import SAMPLE_INTERVAL_S, History
 from floodway.api.openapi import install_openapi
 from floodway.api.problems import install_problem_handlers
 from floodway.api.routes import batches, events, ops, tasks, webhooks
+from floodway.api.routes import openai as openai_routes
 from floodway.api.state import ApiState
 from floodway.app import Floodway
 from floodway.limits.factory import build_backend
@@ -88,7 +89,7 @@ def create_app(
     )
     app.state.api = state
     install_problem_handlers(app)
-    for module in (tasks, events, batches, webhooks, ops):
+    for module in (tasks, events, batches, webhooks, openai_routes, ops):
         app.include_router(module.router)
     if ops.DASHBOARD.parent.is_dir():  # the dashboard's own scripts and styles, if it has any
         app.mount("/static", StaticFiles(directory=ops.DASHBOARD.parent), name="static")
@@ -99,6 +100,7 @@ def create_app(
         max_json_depth=limits.max_json_depth,
         body_timeout_s=limits.body_timeout,
         on_response=lambda code: state.metrics.responses.labels(str(code)).inc(),
+        larger={openai_routes.FILES_PATH: ("max_file_bytes", limits.max_file_bytes)},
     )
     install_openapi(app, kinds=fw.kinds.names)
     return app

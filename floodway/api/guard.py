@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -62,8 +62,12 @@ class GuardMiddleware:
         max_json_depth: int,
         body_timeout_s: float,
         on_response: Callable[[int], None] | None = None,
+        larger: Mapping[str, tuple[str, int]] | None = None,
     ) -> None:
+        """``larger``: request paths (POST uploads) whose bodies may exceed max_body_bytes, with
+        the name of the setting that bounds them instead and its value."""
         self.app = app
+        self.larger = dict(larger or {})
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
         self.max_json_depth = max_json_depth
@@ -83,15 +87,18 @@ class GuardMiddleware:
                     self.on_response(int(message["status"]))
             await send(message)
 
+        path = str(scope.get("path", ""))
+        limit_name, max_bytes = self.larger.get(path, ("max_body_bytes", self.max_body_bytes))
         try:
             async with asyncio.timeout(self.body_timeout_s):
-                body = await self._read_body(scope, receive)
+                body = await self._read_body(scope, receive, max_bytes)
         except TimeoutError:
             await _answer(
                 tracked_send,
                 408,
                 "body-timeout",
                 f"the request body did not arrive within {self.body_timeout_s:g} s",
+                instance=path,
                 limit="body_timeout",
                 timeout_s=self.body_timeout_s,
             )
@@ -101,9 +108,10 @@ class GuardMiddleware:
                 tracked_send,
                 413,
                 "body-too-large",
-                f"the request body exceeds {self.max_body_bytes} bytes",
-                limit="max_body_bytes",
-                max_bytes=self.max_body_bytes,
+                f"the request body exceeds {max_bytes} bytes ({limit_name})",
+                instance=path,
+                limit=limit_name,
+                max_bytes=max_bytes,
             )
             return
         if body is None:  # the client went away mid-body: nobody to answer
@@ -114,6 +122,7 @@ class GuardMiddleware:
                 400,
                 "json-too-deep",
                 f"the JSON body nests deeper than {self.max_json_depth} levels",
+                instance=path,
                 limit="max_json_depth",
                 max_depth=self.max_json_depth,
             )
@@ -134,12 +143,12 @@ class GuardMiddleware:
             # A bug, never the caller's fault: log it whole, answer a problem, keep serving.
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
             if not started:
-                await _answer(tracked_send, 500, "internal-error", "internal error")
+                await _answer(tracked_send, 500, "internal-error", "internal error", instance=path)
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+    async def _read_body(self, scope: Scope, receive: Receive, max_bytes: int) -> bytes | None:
         declared = _header(scope, b"content-length")
         digits = declared is not None and declared.isascii() and declared.isdigit()
-        over = int(declared) - self.max_body_bytes if declared and digits else 0
+        over = int(declared) - max_bytes if declared and digits else 0
         if over > DRAIN_BYTES:
             raise _TooLarge  # refuse before reading a byte of it; a smaller overrun is drained
         chunks: list[bytes] = []
@@ -150,7 +159,7 @@ class GuardMiddleware:
                 return None
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body_bytes:
+            if size > max_bytes:
                 await _drain(receive, message)
                 raise _TooLarge
             chunks.append(chunk)
@@ -187,8 +196,10 @@ def _is_json(scope: Scope) -> bool:
     return content_type is None or "json" in content_type.lower()
 
 
-async def _answer(send: Send, status: int, slug: str, detail: str, **extra: object) -> None:
-    body = problem_bytes(status, slug, detail, **extra)
+async def _answer(
+    send: Send, status: int, slug: str, detail: str, instance: str, **extra: object
+) -> None:
+    body = problem_bytes(status, slug, detail, instance, **extra)
     headers = [
         (b"content-type", PROBLEM_JSON.encode()),
         (b"content-length", str(len(body)).encode()),

@@ -37,11 +37,14 @@ from floodway.core.errors import (
     Unavailable,
     UnknownKind,
 )
+from floodway.openai_wire import openai_error
 
 log = logging.getLogger("floodway.api")
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:floodway:problem:"
+#: the OpenAI-compatible routes: their problems also carry OpenAI's ``error`` member
+OPENAI_PREFIX = "/openai/"
 
 #: slugs for plain HTTP statuses (routing, methods, framework-raised errors)
 _HTTP_SLUGS = {
@@ -126,12 +129,18 @@ def problem_response(
     if instance is not None:
         body["instance"] = instance
     body.update(extra)
+    if instance is not None and instance.startswith(OPENAI_PREFIX):
+        # OpenAI's error object as an extension member: the official SDKs read it, while the
+        # document stays a problem like every other error of the API.
+        body["error"] = openai_error(status, extra.get("code") or slug, detail, extra.get("param"))
     return ProblemResponse(body, status_code=status, headers=dict(headers or {}))
 
 
-def problem_bytes(status: int, slug: str, detail: str, **extra: Any) -> bytes:
+def problem_bytes(
+    status: int, slug: str, detail: str, instance: str | None = None, **extra: Any
+) -> bytes:
     """The body of a problem, for middleware that answers before any route runs."""
-    response = problem_response(status, slug, detail, **extra)
+    response = problem_response(status, slug, detail, instance=instance, **extra)
     return bytes(response.body)
 
 

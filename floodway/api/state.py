@@ -14,6 +14,7 @@ from floodway.api.schemas import StatsOut
 from floodway.api.stats import Recent
 from floodway.app import Floodway
 from floodway.config import Settings
+from floodway.core.job_durations import JobDurations
 from floodway.limits.backend import LimiterBackend
 from floodway.limits.submit_rate import SubmitRateLimiter
 
@@ -32,6 +33,9 @@ class ApiState:
     recent: Recent = field(default_factory=Recent)
     #: slow re-check of an event stream, for changes written by other processes
     sse_recheck_s: float = 3.0
+    #: per kind, how long recent /openai/v1 calls took from submit to answer (the
+    #: Retry-After of a call that would pass its deadline)
+    call_durations: dict[str, JobDurations] = field(default_factory=dict)
 
     @property
     def settings(self) -> Settings:

@@ -13,6 +13,7 @@ from floodway.aio import stop_task
 from floodway.core.owners import owner_name
 from floodway.maintenance.leader import lead
 from floodway.maintenance.limits_watch import LocalLimitsWatch
+from floodway.maintenance.openai_batches import BatchEnder
 from floodway.maintenance.outbox import Outbox
 from floodway.maintenance.sweeper import Sweeper
 from floodway.runtime import Runtime
@@ -52,6 +53,7 @@ class Maintenance:
         self.sweeper = Sweeper(runtime)
         self.retainer = Retainer(runtime)
         self.outbox = Outbox(runtime)
+        self.batches = BatchEnder(runtime)
         self.watch = LocalLimitsWatch(runtime, workers)
         self.sweep_every_s = sweep_every_s
         self.purge_every_s = purge_every_s
@@ -68,6 +70,7 @@ class Maintenance:
         )
         if self.is_leader:
             await self.sweeper.run_once()
+            await self.batches.run_once()
         return self.is_leader
 
     async def _run(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from floodway.core.outcome import Applied, Completion, Succeeded
 from floodway.core.states import Status
@@ -112,6 +112,39 @@ class Leader:
 
 
 ChangeListener = Callable[[Sequence[TaskChange]], None]
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A file of the OpenAI-compatible Batch API (its content is read apart)."""
+
+    id: str
+    tenant: str
+    purpose: str
+    filename: str
+    bytes: int
+    created_at: float
+
+
+@dataclass(frozen=True)
+class OpenAIBatch:
+    """An OpenAI-compatible batch: a floodway batch of the same id, and what OpenAI's batch
+    object says beyond its tasks' counts."""
+
+    id: str
+    tenant: str
+    endpoint: str
+    input_file_id: str
+    completion_window: str
+    status: str
+    total: int
+    created_at: float
+    expires_at: float
+    metadata: dict[str, Any] | None = None
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    cancelling_at: float | None = None
+    ended_at: float | None = None
 
 
 class Store(Protocol):
@@ -295,3 +328,44 @@ class Store(Protocol):
         """Drop what is kept about a dead process whose attempts have all been reconciled,
         its leader leases included."""
         ...
+
+    # -- the OpenAI-compatible Batch API (floodway/store/openai_records.py) -------------------
+    async def put_file(self, file: StoredFile, content: bytes) -> None: ...
+
+    async def get_file(self, file_id: str, tenant: str) -> StoredFile | None: ...
+
+    async def list_files(
+        self, tenant: str, purpose: str | None, after: str | None, limit: int
+    ) -> list[StoredFile]: ...
+
+    async def file_content(self, file_id: str, tenant: str) -> bytes | None: ...
+
+    async def delete_file(self, file_id: str, tenant: str) -> bool: ...
+
+    async def submit_openai_batch(
+        self, batch: OpenAIBatch, tasks: Sequence[NewTask], now: float
+    ) -> list[Submitted]:
+        """The batch's row and all its tasks in one transaction, or nothing."""
+        ...
+
+    async def get_openai_batch(self, batch_id: str, tenant: str) -> OpenAIBatch | None: ...
+
+    async def list_openai_batches(
+        self, tenant: str, after: str | None, limit: int
+    ) -> list[OpenAIBatch]: ...
+
+    async def ended_openai_batches(self, limit: int) -> list[OpenAIBatch]:
+        """Batches in progress or cancelling whose tasks have all ended."""
+        ...
+
+    async def cancel_openai_batch(self, batch_id: str, tenant: str, now: float) -> bool: ...
+
+    async def end_openai_batch(
+        self,
+        batch_id: str,
+        expected: str,
+        status: str,
+        output: tuple[StoredFile, bytes] | None,
+        errors: tuple[StoredFile, bytes] | None,
+        now: float,
+    ) -> bool: ...

@@ -36,6 +36,7 @@ from floodway.store.base import (
     TaskQuery,
 )
 from floodway.store.group import Write, Written
+from floodway.store.openai_records import OpenAIRecords
 from floodway.store.rows import (
     candidate_from_row,
     claim_args,
@@ -52,7 +53,7 @@ for _state in CLAIMABLE:  # the claim statements move these to running: keep the
     check_transition(_state, Status.RUNNING)
 
 
-class Ledger(ABC):
+class Ledger(OpenAIRecords, ABC):
     url: str
 
     def __init__(self, url: str) -> None:

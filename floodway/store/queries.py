@@ -9,13 +9,22 @@ from importlib import resources
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
 
-def load_queries(package: str, filename: str = "queries.sql") -> dict[str, str]:
-    text = resources.files(package).joinpath(filename).read_text()
-    parts = _NAME.split(text)
+#: every backend's query files: the task ledger's, and the OpenAI Batch API's files and batches
+QUERY_FILES = ("queries.sql", "openai.sql")
+
+
+def load_queries(package: str) -> dict[str, str]:
+    """The named queries of the package's :data:`QUERY_FILES`; a name given twice is an
+    error, not a silent override."""
     queries: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
-        queries[name] = "\n".join(lines).strip().rstrip(";")
+    for filename in QUERY_FILES:
+        text = resources.files(package).joinpath(filename).read_text()
+        parts = _NAME.split(text)
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in queries:
+                raise ValueError(f"{package}: query {name!r} is named twice")
+            lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
+            queries[name] = "\n".join(lines).strip().rstrip(";")
     return queries
 
 

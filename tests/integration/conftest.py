@@ -77,9 +77,10 @@ def start_api(tmp_path: Path, api_stack: AsyncExitStack) -> StartApi:
         redis: str = "",
         sse_recheck_s: float = 0.2,
         configure: Callable[[Floodway, FastAPI], None] | None = None,
+        database: str | None = None,
     ) -> ApiServer:
         settings = Settings(
-            database=f"sqlite:///{tmp_path / f'api-{next(numbers)}.db'}",
+            database=database or f"sqlite:///{tmp_path / f'api-{next(numbers)}.db'}",
             api=ApiConfig(keys=keys or {}, **(api or {})),
             tenants=TenantConfig(**(tenants or {})),
             kinds=kinds or {},

@@ -4,9 +4,11 @@ noisy machine would make any time threshold flaky)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from bench import quota
+from bench import openai_front, quota
 
 pytestmark = pytest.mark.slow
 
@@ -47,3 +49,13 @@ async def test_q8_quick_spontaneous_429s_are_noise_at_a_configured_cap() -> None
     assert figures["throttles_limit"] == 0 and figures["pauses"] == 0
     assert figures["throttles_noise"] == figures["rate_limited_429"]
     assert figures["learned_concurrency"] == 10, "the configured cap is never lowered by noise"
+
+
+async def test_openai_front_quick_answers_each_request_once_within_the_cap(tmp_path: Path) -> None:
+    batch = await openai_front.o1_batch(40, tmp_path)
+    figures = batch["figures"]
+    assert figures["answered_once"] is True and figures["billed"] == 40
+    assert figures["provider_429s"] == 20 and figures["provider_peak_concurrency"] <= 10
+    (tmp_path / "o2").mkdir()
+    waiting = await openai_front.o2_waiting(20, tmp_path / "o2")
+    assert waiting["figures"]["answered_200"] == 20 and waiting["figures"]["client_429s"] == 0

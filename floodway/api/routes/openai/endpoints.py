@@ -1,0 +1,78 @@
+"""``/openai/v1``: chat completions, embeddings, image generations and the model list, as the
+official OpenAI SDKs call them (``base_url=".../openai/v1"``, the floodway API key as the
+SDK's ``api_key``). Each call is a floodway task (see :mod:`.calls`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.responses import JSONResponse
+
+from floodway.api.auth import Tenant
+from floodway.api.media import JSON_BODY
+from floodway.api.problems import ApiProblem
+from floodway.api.routes.openai.calls import await_call, submit_call, wait_budget
+from floodway.api.routes.openai.catalog import json_object, kind_for, served
+from floodway.api.state import ApiState, api_state
+
+router = APIRouter()
+
+State = Annotated[ApiState, Depends(api_state)]
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)]
+
+
+async def _call(
+    endpoint: str, request: Request, tenant: str, state: ApiState, key: str | None
+) -> JSONResponse:
+    body = await json_object(request)
+    kind = kind_for(state.settings, endpoint, body)
+    if body.get("stream"):
+        raise ApiProblem(
+            400,
+            "stream-unsupported",
+            "stream: true is not supported: floodway answers once the call has succeeded "
+            "(a stream cannot be retried, deduplicated or replayed); send stream: false",
+            param="stream",
+        )
+    task = await submit_call(state, tenant, kind, body, key or None)
+    left = None if task.deadline_at is None else task.deadline_at - state.fw.clock.now()
+    return await await_call(state, task, wait_budget(request.headers, left))
+
+
+@router.post("/chat/completions", dependencies=[JSON_BODY])
+async def chat_completions(
+    request: Request, tenant: Tenant, state: State, key: IdempotencyKey = None
+) -> JSONResponse:
+    return await _call("chat", request, tenant, state, key)
+
+
+@router.post("/embeddings", dependencies=[JSON_BODY])
+async def embeddings(
+    request: Request, tenant: Tenant, state: State, key: IdempotencyKey = None
+) -> JSONResponse:
+    return await _call("embeddings", request, tenant, state, key)
+
+
+@router.post("/images/generations", dependencies=[JSON_BODY])
+async def images(
+    request: Request, tenant: Tenant, state: State, key: IdempotencyKey = None
+) -> JSONResponse:
+    return await _call("images", request, tenant, state, key)
+
+
+def _model(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "floodway"}
+
+
+@router.get("/models")
+async def models(tenant: Tenant, state: State) -> dict[str, Any]:
+    names = sorted({model for (_, model) in served(state.settings)})
+    return {"object": "list", "data": [_model(n) for n in names]}
+
+
+@router.get("/models/{model:path}")
+async def model(model: str, tenant: Tenant, state: State) -> dict[str, Any]:
+    if model not in {m for (_, m) in served(state.settings)}:
+        raise ApiProblem(404, "model-not-found", f"no kind serves model {model[:200]!r}")
+    return _model(model)

@@ -1,0 +1,90 @@
+"""OpenAI's shapes, for the OpenAI-compatible API (docs/openai.md): its error object, a task
+that ended without a result as OpenAI would tell it, and the lines of a batch's output and
+error files. Written once here for the HTTP answers and for the batch files (which
+maintenance may write)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from floodway.core.states import Status
+from floodway.core.task import ErrorClass, Task
+
+#: a provider's refusal the caller can act on: any 4xx but those about the server's own
+#: account (its key, its permissions, its quota), which are not the caller's to fix
+_CALLERS_STATUSES = frozenset(range(400, 500)) - {401, 403, 429}
+#: how an adapter's error message starts ("POST <url>: HTTP 400 <code>: "): the upstream URL
+#: is the server's business, the status is the provider's answer
+_UPSTREAM = re.compile(r"^[A-Z]+ \S+: (?:HTTP (\d{3})(?: \S+)?: )?", re.DOTALL)
+
+
+def openai_error(status: int, code: str | None, message: str, param: Any = None) -> dict[str, Any]:
+    """OpenAI's error object: the official SDKs read ``message``, ``type`` and ``code``."""
+    if status == 429:
+        kind = "rate_limit_error"
+    elif status >= 500:
+        kind = "server_error"
+    elif status == 401:
+        kind = "authentication_error"
+    else:
+        kind = "invalid_request_error"
+    return {"message": message, "type": kind, "param": param, "code": code}
+
+
+@dataclass(frozen=True)
+class TaskFailure:
+    """A task that ended without a result: the HTTP status, floodway's problem slug and the
+    code (the provider's own, when it refused the request) that the client is told."""
+
+    status: int
+    slug: str
+    code: str | None
+    message: str
+
+
+def task_failure(task: Task) -> TaskFailure:
+    error = task.error
+    message = error.message if error is not None else task.status.value
+    found = _UPSTREAM.match(message)
+    upstream = int(found.group(1)) if found and found.group(1) else None
+    message = message[found.end() :] if found else message
+    if task.status is Status.TIMEOUT:
+        detail = f"the task's deadline passed: {message}"
+        return TaskFailure(504, "deadline-passed", "deadline-passed", detail)
+    if task.status is Status.CANCELLED:
+        return TaskFailure(409, "task-cancelled", "task-cancelled", "the task was cancelled")
+    code = error.type if error is not None else None
+    if error is not None and error.cls is ErrorClass.FATAL and upstream in _CALLERS_STATUSES:
+        return TaskFailure(upstream, "upstream-refused", code, message)
+    detail = f"the provider did not answer usefully: {message}"
+    return TaskFailure(502, "upstream-failed", code, detail)
+
+
+def custom_id(task: Task) -> str | None:
+    value = task.metadata.get("custom_id")
+    return value if isinstance(value, str) else None
+
+
+def output_line(task: Task) -> dict[str, Any]:
+    """A success in a batch's output file: the provider's body, under the line's custom_id."""
+    response = {"status_code": 200, "request_id": task.id, "body": task.result}
+    return {"id": f"batch_req_{task.id}", "custom_id": custom_id(task), "response": response,
+            "error": None}  # fmt: skip
+
+
+def error_line(task: Task) -> dict[str, Any]:
+    """A failure in a batch's error file: the answer a single request would have had, or,
+    for a request that never ran to an answer, OpenAI's batch error code."""
+    line: dict[str, Any] = {"id": f"batch_req_{task.id}", "custom_id": custom_id(task)}
+    if task.status is Status.CANCELLED:
+        error = {"code": "batch_cancelled", "message": "the batch was cancelled"}
+        return {**line, "response": None, "error": error}
+    if task.status is Status.TIMEOUT:
+        error = {"code": "batch_expired", "message": "the batch's completion window ended first"}
+        return {**line, "response": None, "error": error}
+    failed = task_failure(task)
+    body = {"error": openai_error(failed.status, failed.code or failed.slug, failed.message)}
+    response = {"status_code": failed.status, "request_id": task.id, "body": body}
+    return {**line, "response": response, "error": None}

@@ -1,0 +1,50 @@
+"""The README's "Use it from the OpenAI SDK" blocks, run as written: its TOML declares the
+kind (only ``base_url`` is pointed at a fake provider), its Python calls floodway with the
+official SDK (only the host is this test server's)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import tomllib
+from contextlib import AsyncExitStack, redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from floodway.api import serving
+from floodway.config import KindConfig
+from harness.openai_fake import FakeOpenAI
+from tests.integration.conftest import StartApi
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _blocks(lang: str) -> list[str]:
+    text = README.read_text()
+    start = text.index("## Use it from the OpenAI SDK")
+    section = text[start : text.index("\n## ", start)]
+    return re.findall(rf"```{lang}\n(.*?)```", section, re.DOTALL)
+
+
+async def test_the_readme_lines_answer_through_floodway(
+    start_api: StartApi, api_stack: AsyncExitStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-server-side")
+    (config,) = _blocks("toml")
+    (code,) = _blocks("python")
+    fake = FakeOpenAI()
+    upstream = await api_stack.enter_async_context(serving(fake.app()))
+    declared = tomllib.loads(config)["kinds"]
+    kinds = {n: KindConfig(**{**c, "base_url": f"{upstream}/v1"}) for n, c in declared.items()}
+    server = await start_api(keys={"key-a": "tenant-a"}, kinds=kinds)
+    printed = io.StringIO()
+
+    def run() -> None:
+        with redirect_stdout(printed):
+            exec(code.replace("http://127.0.0.1:8000", server.url), {})
+
+    await asyncio.to_thread(run)
+    assert printed.getvalue() == "echo: hi\n"
+    assert fake.authorizations == ["Bearer sk-server-side"]  # the provider's key, not key-a
