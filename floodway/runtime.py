@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,10 +17,12 @@ from floodway.config import Settings
 from floodway.context import Context
 from floodway.core.errors import InvalidInput
 from floodway.core.outcome import Applied, Cancelled, Completion, Failed, Outcome
+from floodway.core.spend import Usage
 from floodway.core.states import Status
 from floodway.core.task import Lane, NewTask, SubmitRequest, Task, request_hash
 from floodway.kinds import KindRegistry
 from floodway.limits.base import Admission
+from floodway.pricing import Pricing
 from floodway.retry import RetryPolicy
 from floodway.store.base import Store, TaskChange
 from floodway.validation import check_input
@@ -123,6 +126,10 @@ class Runtime:
     callbacks_out: Counter[str] = field(default_factory=Counter)
     alert_hooks: list[AlertHook] = field(default_factory=list)
 
+    @property
+    def pricing(self) -> Pricing:
+        return Pricing(self.settings)
+
     def new_task(
         self, request: SubmitRequest, *, tenant: str = "default", batch_id: str | None = None
     ) -> NewTask:
@@ -138,6 +145,7 @@ class Runtime:
             ) from None
         cost = spec.estimate(value)
         self.check_fits(spec.resource, cost)
+        hold = self.pricing.hold(request.kind, spec.resource, cost)
         attempts = spec.max_attempts if request.max_attempts is None else request.max_attempts
         if attempts < 1:
             raise InvalidInput("max_attempts must be at least 1")
@@ -156,6 +164,8 @@ class Runtime:
             key_ttl_s=self.settings.retention.keys,
             fingerprint=spec.work_print(value, tenant),
             cost_estimated=cost,
+            spend_hold=hold,
+            budget=self.pricing.budget_of(tenant),
             metadata=dict(request.metadata or {}),
             callback_url=request.callback_url,
             batch_id=batch_id,
@@ -163,6 +173,21 @@ class Runtime:
             # Compared only when a request key matches: a submit without one skips the hash.
             request_hash="" if key is None else request_hash(request),
         )
+
+    def decide(
+        self,
+        task: Task,
+        outcome: Outcome,
+        now: float,
+        billed: Usage | None,
+        rng: random.Random | None = None,
+    ) -> Completion:
+        """The retry policy's write for ``outcome``, with what the provider billed priced."""
+        item = self.policy.decide(task, outcome, now, rng)
+        if billed is None:
+            return item
+        resource = self.kinds.get(task.kind).resource
+        return dataclasses.replace(item, charge=self.pricing.charge(task.kind, resource, billed))
 
     def context(self, task: Task) -> Context:
         """The handler's view of one attempt of ``task`` (claimed: it holds the lease)."""
