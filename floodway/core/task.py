@@ -70,6 +70,8 @@ class Task:
     upstream_ref: str | None = None
     cost_estimated: float = 0.0
     cost_actual: float | None = None
+    #: held against the tenant's budget until the task ends (its estimate, priced)
+    spend_hold: float = 0.0
     created_at: float = 0.0
     updated_at: float = 0.0
     started_at: float | None = None

@@ -270,6 +270,7 @@ class Ledger(ABC):
             deleted = yield from count("purge_rows", before=rows_before)
             yield from count("purge_events", before=rows_before)
             keys = yield from count("purge_keys", now=retention.now)
+            yield from count("purge_spend", before=rows_before)
             return Purged(cleared, deleted, keys)
 
         return await self._write(rule)

@@ -34,6 +34,7 @@ from typing import Any
 from floodway.core.errors import (
     AdmissionRefused,
     AttemptStillOpen,
+    BudgetExceeded,
     IdempotencyConflict,
     IllegalTransition,
     TaskNotFound,
@@ -65,8 +66,8 @@ class Submission:
     @property
     def mergeable(self) -> bool:
         """May share one INSERT with other submits' tasks. A depth check counts under a
-        per-tenant lock: it goes task by task."""
-        return not any(_checks_depth(n) for n in self.tasks)
+        per-tenant lock: it goes task by task; a budget is checked for the whole submit."""
+        return not any(_checks_depth(n) or n.budget is not None for n in self.tasks)
 
 
 class _Key(Enum):
@@ -123,6 +124,7 @@ def submit(
                 task = yield from claim_work(task, n.fingerprint, s.now)
             changes.append(TaskChange(task.id, task.status, task.tenant))
             done.append(Submitted(task))
+        yield from _check_budget(s, done)
         results.append(done)
     return results
 
@@ -230,6 +232,56 @@ def _check_depth(new: NewTask) -> Rule[None]:
         )
 
 
+def _check_budget(submission: Submission, done: Sequence[Submitted]) -> Rule[None]:
+    """Refuse the whole submit (its transaction rolls back) when its new tasks' holds would
+    pass what the tenant has left this period. Run under a per-tenant lock after the inserts,
+    so the holds read include every committed submit's and this one's, and the next
+    submitter of the tenant waits for this one to commit."""
+    first = submission.tasks[0] if submission.tasks else None
+    budget = first.budget if first is not None else None
+    if first is None or budget is None:
+        return
+    needed = sum(s.task.spend_hold for s in done if not s.reused and not s.task.terminal)
+    if needed <= 0:
+        return
+    yield from one("lock_tenant_budget", tenant=first.tenant)
+    since = budget.period_start(submission.now)
+    row = yield from one("budget_used", tenant=first.tenant, since=since)
+    used = float(row["spent"]) + float(row["held"]) if row else 0.0
+    if used > budget.amount:  # what the submit's own tasks hold is in ``held``
+        left = max(0.0, budget.amount - (used - needed))
+        raise BudgetExceeded(
+            first.tenant, budget.amount, left, needed, budget.resets_at(submission.now)
+        )
+
+
+# -- spend ------------------------------------------------------------------------------------
+
+
+def record_spend(items: Sequence[Completion], now: float) -> Rule[None]:
+    """The charges of these writes' calls, in the ledger, in the writes' transaction."""
+    rows = [
+        {
+            "task_id": i.task_id,
+            "cost": i.charge.cost,
+            "input_tokens": i.charge.usage.input_tokens,
+            "output_tokens": i.charge.usage.output_tokens,
+            "images": i.charge.usage.images,
+        }
+        for i in items
+        if i.charge is not None
+    ]
+    if rows:
+        yield from count("insert_spend", rows=rows, at=now)
+
+
+def record_saved(pairs: Sequence[tuple[str, str]], now: float) -> Rule[None]:
+    """(deduped task, the task whose work it took): what each saved."""
+    if pairs:
+        rows = [{"task_id": task_id, "source": source} for task_id, source in pairs]
+        yield from count("insert_saved", rows=rows, at=now)
+
+
 # -- the work rule --------------------------------------------------------------------------
 
 
@@ -258,6 +310,7 @@ def claim_work(task: Task, fp: str, now: float) -> Rule[Task]:
         )
         detail = f"result of {source.id}" if same_tenant else f"result of {SHARED}"
         yield from event(task.id, Status.DEDUPED, now, 0, detail)
+        yield from record_saved([(task.id, source.id)], now)
     else:
         primary = owner["task_id"]
         yield from count(
@@ -290,6 +343,7 @@ def _work_succeeded(
         detail = f"result of {task_id}" if r["duplicate_of"] else f"result of {SHARED}"
         yield from event(r["id"], Status.DEDUPED, now, 0, detail)
         changes.append(TaskChange(r["id"], Status.DEDUPED, r["tenant"]))
+    yield from record_saved([(r["id"], task_id) for r in rows], now)
     return tuple(r["id"] for r in rows)
 
 
@@ -336,6 +390,8 @@ def complete(
         return one_by_one
     given = [{**completion_params(i, now), "detail": _detail(i)} for i in items]
     moved = {r["id"]: r for r in (yield from all_rows("complete_many", rows=given, now=now))}
+    # Before the work is released: a deduped waiter's saving is the cost written here.
+    yield from record_spend([i for i in items if i.task_id in moved], now)
     missed = [i for i in items if i.task_id not in moved]
     found: dict[str, Row] = {}
     if missed:
@@ -368,6 +424,7 @@ def complete_one(item: Completion, now: float, changes: list[TaskChange]) -> Rul
         return (yield from _not_moved(item, current, now, changes))
     yield from event(item.task_id, item.to, now, row["attempts"], _detail(item))
     changes.append(TaskChange(item.task_id, item.to, row["tenant"]))
+    yield from record_spend([item], now)
     freed: tuple[str, ...] = ()
     if item.closes_attempt:
         freed = yield from release_work(
@@ -404,9 +461,11 @@ def _release_succeeded(
         owned = [
             {"owner": i.task_id, "result": dumps(i.result)} for i, _ in done if i.task_id in owners
         ]
-        for r in (yield from all_rows("resolve_waiters_of", rows=owned, now=now)):
+        resolved = yield from all_rows("resolve_waiters_of", rows=owned, now=now)
+        for r in resolved:
             released[r["owner"]].append(r["id"])
             changes.append(TaskChange(r["id"], Status.DEDUPED, r["tenant"]))
+        yield from record_saved([(r["id"], r["owner"]) for r in resolved], now)
     return {owner: tuple(ids) for owner, ids in released.items()}
 
 
@@ -429,7 +488,7 @@ def _not_moved(
         return Applied(item.task_id, False, status)
     result = Succeeded(item.result) if item.to is Status.SUCCEEDED else None
     assert item.lease_token is not None
-    freed = yield from _close(item.task_id, item.lease_token, result, now, changes)
+    freed = yield from _close(item.task_id, item.lease_token, result, now, changes, item)
     return Applied(item.task_id, False, status, freed or (), closed=freed is not None)
 
 
@@ -440,10 +499,16 @@ def close_attempt(
 
 
 def _close(
-    task_id: str, token: str, result: Succeeded | None, now: float, changes: list[TaskChange]
+    task_id: str,
+    token: str,
+    result: Succeeded | None,
+    now: float,
+    changes: list[TaskChange],
+    report: Completion | None = None,
 ) -> Rule[tuple[str, ...] | None]:
     """Close an ended task's open attempt; None when it was not open under ``token``. A
-    success is kept: on the task's row (its status unchanged) and for the work's waiters."""
+    success is kept: on the task's row (its status unchanged) and for the work's waiters.
+    ``report``: the worker's write about the call, whose charge is spent now."""
     row = yield from one(
         "close_attempt",
         id=task_id,
@@ -456,6 +521,8 @@ def _close(
         return None
     status = Status(row["status"])
     changes.append(TaskChange(task_id, status, row["tenant"]))
+    if report is not None:
+        yield from record_spend([report], now)
     to = Status.SUCCEEDED if result is not None else status
     value = None if result is None else result.result
     return (yield from release_work(task_id, row["fingerprint"], to, value, now, changes))
