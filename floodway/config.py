@@ -169,8 +169,11 @@ class TenantConfig(_Strict):
         description="every tenant's budget, e.g. { amount = 50.0, period = \"1d\" }; unset: "
         "no budget",
     )
-    #: the ``[tenants.NAME]`` sub-tables, gathered here by :meth:`_gather_named`
-    named: dict[str, NamedTenantConfig] = Field(default_factory=dict, exclude=True)
+    named: dict[str, NamedTenantConfig] = Field(
+        default_factory=dict,
+        exclude=True,
+        description="the [tenants.NAME] sub-tables, gathered here from the [tenants] table",
+    )
 
     @model_validator(mode="before")
     @classmethod
