@@ -99,6 +99,53 @@ class StoreStats:
 
 
 @dataclass(frozen=True)
+class SpendQuery:
+    """The spend ledger since ``since``: one tenant's (None: everyone's), one kind's (None:
+    all), summed per tenant and kind, and per ``bucket_s`` of time."""
+
+    since: float
+    tenant: str | None = None
+    kind: str | None = None
+    bucket_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class SpendLine:
+    tenant: str
+    kind: str
+    cost: float
+    saved: float
+    input_tokens: float
+    output_tokens: float
+    images: float
+    calls: int  # billed calls
+    deduped: int  # tasks that took another's result instead of a call
+
+
+@dataclass(frozen=True)
+class SpendPoint:
+    at: float  # the bucket's start
+    tenant: str
+    kind: str
+    cost: float
+    saved: float
+
+
+@dataclass(frozen=True)
+class SpendReport:
+    lines: tuple[SpendLine, ...] = ()
+    series: tuple[SpendPoint, ...] = ()
+
+
+@dataclass(frozen=True)
+class BudgetUse:
+    """What a tenant spent since its period began, and what its unfinished tasks hold."""
+
+    spent: float
+    held: float
+
+
+@dataclass(frozen=True)
 class TaskChange:
     task_id: str
     status: Status
@@ -160,6 +207,12 @@ class Store(Protocol):
     async def batch_counts(self, batch_id: str, tenant: str | None) -> dict[str, int]:
         """Tasks of a batch per status (empty: no such batch for this tenant)."""
         ...
+
+    async def spend(self, query: SpendQuery) -> SpendReport:
+        """The spend ledger: what billed calls cost and what dedupe saved."""
+        ...
+
+    async def budget_use(self, tenant: str, since: float) -> BudgetUse: ...
 
     # -- the worker's hot path ----------------------------------------------------------
     async def ready(self, query: ReadyQuery) -> list[Candidate]:

@@ -23,6 +23,7 @@ from floodway.core.task import Candidate, NewTask, Submitted, Task
 from floodway.store import rules
 from floodway.store.base import (
     BatchKey,
+    BudgetUse,
     ChangeListener,
     ClaimParams,
     HeartbeatResult,
@@ -30,6 +31,10 @@ from floodway.store.base import (
     Purged,
     ReadyQuery,
     Retention,
+    SpendLine,
+    SpendPoint,
+    SpendQuery,
+    SpendReport,
     StoreStats,
     TaskChange,
     TaskEvent,
@@ -141,6 +146,32 @@ class Ledger(ABC):
     async def batch_counts(self, batch_id: str, tenant: str | None) -> dict[str, int]:
         rows = await self._all("batch_counts", batch_id=batch_id, tenant=tenant)
         return {r["status"]: r["count"] for r in rows}
+
+    async def spend(self, query: SpendQuery) -> SpendReport:
+        params = {"tenant": query.tenant, "kind": query.kind, "since": query.since}
+        lines = tuple(
+            SpendLine(
+                r["tenant"],
+                r["kind"],
+                float(r["cost"]),
+                float(r["saved"]),
+                float(r["input_tokens"]),
+                float(r["output_tokens"]),
+                float(r["images"]),
+                int(r["calls"]),
+                int(r["deduped"]),
+            )
+            for r in await self._all("spend_totals", **params)
+        )
+        series = tuple(
+            SpendPoint(float(r["at"]), r["tenant"], r["kind"], float(r["cost"]), float(r["saved"]))
+            for r in await self._all("spend_series", bucket=query.bucket_s, **params)
+        )
+        return SpendReport(lines, series)
+
+    async def budget_use(self, tenant: str, since: float) -> BudgetUse:
+        row = await self._one("budget_used", tenant=tenant, since=since)
+        return BudgetUse(0.0, 0.0) if row is None else BudgetUse(row["spent"], row["held"])
 
     # -- the worker's hot path -------------------------------------------------------------
     async def ready(self, query: ReadyQuery) -> list[Candidate]:
