@@ -112,10 +112,11 @@ class BudgetExceeded(FloodwayError):
     """A submission whose estimated cost would pass the tenant's budget for this period."""
 
     def __init__(
-        self, tenant: str, amount: float, left: float, needed: float, resets_at: float
+        self, tenant: str, amount: float, left: float, needed: float, resets_at: float, now: float
     ) -> None:
         self.tenant, self.amount, self.left = tenant, amount, left
         self.needed, self.resets_at = needed, resets_at
+        self.retry_after = max(0.0, resets_at - now)
         super().__init__(
             f"tenant {tenant!r} has {left:.6g} left of its budget of {amount:.6g} this period; "
             f"this submission is estimated at {needed:.6g}"

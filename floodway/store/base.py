@@ -101,12 +101,12 @@ class StoreStats:
 @dataclass(frozen=True)
 class SpendQuery:
     """The spend ledger since ``since``: one tenant's (None: everyone's), one kind's (None:
-    all), summed per tenant and kind, and per ``bucket_s`` of time."""
+    all), summed per tenant and kind, and per ``bucket_s`` of time (None: no series)."""
 
     since: float
     tenant: str | None = None
     kind: str | None = None
-    bucket_s: float = 3600.0
+    bucket_s: float | None = None
 
 
 @dataclass(frozen=True)

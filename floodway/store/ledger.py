@@ -163,6 +163,8 @@ class Ledger(ABC):
             )
             for r in await self._all("spend_totals", **params)
         )
+        if query.bucket_s is None:
+            return SpendReport(lines)
         series = tuple(
             SpendPoint(float(r["at"]), r["tenant"], r["kind"], float(r["cost"]), float(r["saved"]))
             for r in await self._all("spend_series", bucket=query.bucket_s, **params)

@@ -251,7 +251,12 @@ def _check_budget(submission: Submission, done: Sequence[Submitted]) -> Rule[Non
     if used > budget.amount:  # what the submit's own tasks hold is in ``held``
         left = max(0.0, budget.amount - (used - needed))
         raise BudgetExceeded(
-            first.tenant, budget.amount, left, needed, budget.resets_at(submission.now)
+            first.tenant,
+            budget.amount,
+            left,
+            needed,
+            budget.resets_at(submission.now),
+            submission.now,
         )
 
 
