@@ -166,7 +166,7 @@ class TenantConfig(_Strict):
     )
     budget: BudgetConfig | None = Field(
         None,
-        description="every tenant's budget, e.g. { amount = 50.0, period = \"1d\" }; unset: "
+        description='every tenant\'s budget, e.g. { amount = 50.0, period = "1d" }; unset: '
         "no budget",
     )
     named: dict[str, NamedTenantConfig] = Field(

@@ -17,7 +17,7 @@ from floodway.config import Settings
 from floodway.context import Context
 from floodway.core.errors import InvalidInput
 from floodway.core.outcome import Applied, Cancelled, Completion, Failed, Outcome
-from floodway.core.spend import Usage
+from floodway.core.spend import Charge, Usage
 from floodway.core.states import Status
 from floodway.core.task import Lane, NewTask, SubmitRequest, Task, request_hash
 from floodway.kinds import KindRegistry
@@ -184,10 +184,15 @@ class Runtime:
     ) -> Completion:
         """The retry policy's write for ``outcome``, with what the provider billed priced."""
         item = self.policy.decide(task, outcome, now, rng)
+        charge = self.charge(task, billed)
+        return item if charge is None else dataclasses.replace(item, charge=charge)
+
+    def charge(self, task: Task, billed: Usage | None) -> Charge | None:
+        """What a call of ``task`` that billed ``billed`` cost (None: it billed nothing)."""
         if billed is None:
-            return item
+            return None
         resource = self.kinds.get(task.kind).resource
-        return dataclasses.replace(item, charge=self.pricing.charge(task.kind, resource, billed))
+        return self.pricing.charge(task.kind, resource, billed)
 
     def context(self, task: Task) -> Context:
         """The handler's view of one attempt of ``task`` (claimed: it holds the lease)."""

@@ -90,7 +90,10 @@ def build(
         if r.status_code != 200:
             return None
         body = r.json()
-        return body.get("result") if body.get("status") == "succeeded" else None
+        if body.get("status") != "succeeded":
+            return None
+        report_usage(ctx, body)  # what the provider billed for the job found
+        return body.get("result")
 
     @fw.kind(
         KIND,

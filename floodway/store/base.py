@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from floodway.core.outcome import Applied, Completion, Succeeded
+from floodway.core.spend import Charge
 from floodway.core.states import Status
 from floodway.core.task import Candidate, Lane, NewTask, Submitted, Task
 
@@ -315,10 +316,16 @@ class Store(Protocol):
         ...
 
     async def close_attempt(
-        self, task_id: str, lease_token: str, result: Succeeded | None, now: float
+        self,
+        task_id: str,
+        lease_token: str,
+        result: Succeeded | None,
+        now: float,
+        charge: Charge | None = None,
     ) -> bool:
         """Close an open attempt: a success (found by a lookup) becomes the work's result and
-        its waiters' (the task's status stays what it is); otherwise the work passes on."""
+        its waiters' (the task's status stays what it is); otherwise the work passes on.
+        ``charge``: what the call billed (the lookup's usage), written to the spend ledger."""
         ...
 
     async def past_deadline(self, now: float, limit: int) -> list[Task]: ...

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from floodway.core.errors import IllegalTransition
 from floodway.core.outcome import Applied, Completion, Succeeded
 from floodway.core.owners import new_identity
+from floodway.core.spend import Charge
 from floodway.core.states import CLAIMABLE, Status, check_transition
 from floodway.core.task import Candidate, NewTask, Submitted, Task
 from floodway.store import rules
@@ -284,10 +285,15 @@ class Ledger(ABC):
         return await self._tasks("ended_orphans", now=now, limit=limit)
 
     async def close_attempt(
-        self, task_id: str, lease_token: str, result: Succeeded | None, now: float
+        self,
+        task_id: str,
+        lease_token: str,
+        result: Succeeded | None,
+        now: float,
+        charge: Charge | None = None,
     ) -> bool:
         return await self._write(
-            lambda changes: rules.close_attempt(task_id, lease_token, result, now, changes)
+            lambda changes: rules.close_attempt(task_id, lease_token, result, now, changes, charge)
         )
 
     async def past_deadline(self, now: float, limit: int) -> list[Task]:

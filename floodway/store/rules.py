@@ -40,6 +40,7 @@ from floodway.core.errors import (
     TaskNotFound,
 )
 from floodway.core.outcome import Applied, Completion, Succeeded
+from floodway.core.spend import Charge
 from floodway.core.states import TERMINAL, Status, check_transition
 from floodway.core.task import ErrorClass, ErrorInfo, Lane, NewTask, Submitted, Task, new_id
 from floodway.store.base import BatchKey, HeartbeatResult, TaskChange
@@ -263,18 +264,19 @@ def _check_budget(submission: Submission, done: Sequence[Submitted]) -> Rule[Non
 # -- spend ------------------------------------------------------------------------------------
 
 
-def record_spend(items: Sequence[Completion], now: float) -> Rule[None]:
-    """The charges of these writes' calls, in the ledger, in the writes' transaction."""
+def record_spend(charges: Sequence[tuple[str, Charge | None]], now: float) -> Rule[None]:
+    """(task, what its call billed): in the ledger, in the transaction of the write that
+    reports the call's end."""
     rows = [
         {
-            "task_id": i.task_id,
-            "cost": i.charge.cost,
-            "input_tokens": i.charge.usage.input_tokens,
-            "output_tokens": i.charge.usage.output_tokens,
-            "images": i.charge.usage.images,
+            "task_id": task_id,
+            "cost": charge.cost,
+            "input_tokens": charge.usage.input_tokens,
+            "output_tokens": charge.usage.output_tokens,
+            "images": charge.usage.images,
         }
-        for i in items
-        if i.charge is not None
+        for task_id, charge in charges
+        if charge is not None
     ]
     if rows:
         yield from count("insert_spend", rows=rows, at=now)
@@ -396,7 +398,7 @@ def complete(
     given = [{**completion_params(i, now), "detail": _detail(i)} for i in items]
     moved = {r["id"]: r for r in (yield from all_rows("complete_many", rows=given, now=now))}
     # Before the work is released: a deduped waiter's saving is the cost written here.
-    yield from record_spend([i for i in items if i.task_id in moved], now)
+    yield from record_spend([(i.task_id, i.charge) for i in items if i.task_id in moved], now)
     missed = [i for i in items if i.task_id not in moved]
     found: dict[str, Row] = {}
     if missed:
@@ -429,7 +431,7 @@ def complete_one(item: Completion, now: float, changes: list[TaskChange]) -> Rul
         return (yield from _not_moved(item, current, now, changes))
     yield from event(item.task_id, item.to, now, row["attempts"], _detail(item))
     changes.append(TaskChange(item.task_id, item.to, row["tenant"]))
-    yield from record_spend([item], now)
+    yield from record_spend([(item.task_id, item.charge)], now)
     freed: tuple[str, ...] = ()
     if item.closes_attempt:
         freed = yield from release_work(
@@ -493,14 +495,19 @@ def _not_moved(
         return Applied(item.task_id, False, status)
     result = Succeeded(item.result) if item.to is Status.SUCCEEDED else None
     assert item.lease_token is not None
-    freed = yield from _close(item.task_id, item.lease_token, result, now, changes, item)
+    freed = yield from _close(item.task_id, item.lease_token, result, now, changes, item.charge)
     return Applied(item.task_id, False, status, freed or (), closed=freed is not None)
 
 
 def close_attempt(
-    task_id: str, token: str, result: Succeeded | None, now: float, changes: list[TaskChange]
+    task_id: str,
+    token: str,
+    result: Succeeded | None,
+    now: float,
+    changes: list[TaskChange],
+    charge: Charge | None = None,
 ) -> Rule[bool]:
-    return (yield from _close(task_id, token, result, now, changes)) is not None
+    return (yield from _close(task_id, token, result, now, changes, charge)) is not None
 
 
 def _close(
@@ -509,11 +516,11 @@ def _close(
     result: Succeeded | None,
     now: float,
     changes: list[TaskChange],
-    report: Completion | None = None,
+    charge: Charge | None = None,
 ) -> Rule[tuple[str, ...] | None]:
     """Close an ended task's open attempt; None when it was not open under ``token``. A
     success is kept: on the task's row (its status unchanged) and for the work's waiters.
-    ``report``: the worker's write about the call, whose charge is spent now."""
+    ``charge``: what the call billed, spent now (before a waiter's saving is counted)."""
     row = yield from one(
         "close_attempt",
         id=task_id,
@@ -526,8 +533,7 @@ def _close(
         return None
     status = Status(row["status"])
     changes.append(TaskChange(task_id, status, row["tenant"]))
-    if report is not None:
-        yield from record_spend([report], now)
+    yield from record_spend([(task_id, charge)], now)
     to = Status.SUCCEEDED if result is not None else status
     value = None if result is None else result.result
     return (yield from release_work(task_id, row["fingerprint"], to, value, now, changes))
