@@ -181,7 +181,7 @@ class TenantConfig(_Strict):
         # A table under [tenants] that is not one of its keys is a tenant's own section.
         if not isinstance(data, dict):
             return data
-        fields = set(cls.model_fields) - {"named"}
+        fields = set(cls.model_fields)
         named = {k: v for k, v in data.items() if k not in fields and isinstance(v, dict)}
         if not named:
             return data
@@ -527,7 +527,10 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
 def format_validation_error(exc: ValidationError, where: str) -> str:
     lines = [f"invalid configuration in {where}:"]
     for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        loc = list(err["loc"])
+        if loc[:2] == ["tenants", "named"]:  # [tenants.NAME] is written without the field
+            del loc[1]
+        key = ".".join(str(p) for p in loc) or "(top level)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
