@@ -3,6 +3,10 @@ a tenant sees only its own spend, an operator everyone's, a refused submit write
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from floodway import Context, Floodway, Settings
+from floodway import BudgetExceeded, Client, Context, Floodway, Settings
 from floodway.api import create_app, serving
 from floodway.config import (
     ApiConfig,
@@ -151,3 +155,30 @@ async def test_bad_spend_parameters_are_a_422(
         answer = await a.get("/v1/spend", params=params)
     assert answer.status_code == 422, answer.text
     assert answer.headers["content-type"] == "application/problem+json"
+
+
+async def test_the_client_and_the_cli_show_spend_and_a_refusal(
+    server: tuple[str, Floodway],
+) -> None:
+    url, fw = server
+    async with client(url, "key-b") as b:
+        await run(b, fw, [chat_input(1)])
+    async with Client(url, api_key="key-b") as sdk:
+        view = await sdk.spend(since="1d")
+        with pytest.raises(BudgetExceeded) as refused:
+            await sdk.submit("chat", chat_input(2))
+    assert view["cost"] == pytest.approx(cost(100, 50))
+    assert refused.value.left == pytest.approx(0.01 - cost(100, 50))
+    assert refused.value.resets_at % 86400 == 0 and refused.value.retry_after > 0
+    shown = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "floodway.cli", "spend", "--url", url, "--api-key", "key-b"],
+        env={**os.environ, "COLUMNS": "120"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert f"spend: {cost(100, 50):.2f}" in shown.stdout
+    assert "budget of b: 0.01 left of 0.01" in shown.stdout
