@@ -181,7 +181,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def spend(
         since: Annotated[
-            str | None, typer.Option(help='a duration back from now ("24h") or an RFC 3339 time')
+            str | None, typer.Option(help='how far back: "24h", "7d" (default: everything kept)')
         ] = None,
         kind: Annotated[str | None, typer.Option(help="one kind")] = None,
         tenant: Annotated[str | None, typer.Option(help="one tenant (operators)")] = None,

@@ -262,7 +262,7 @@ class Client:
         bucket: str | None = None,
     ) -> dict[str, Any]:
         """``GET /v1/spend``: cost and savings per tenant and kind, a series, budgets.
-        ``since``: a duration back from now ("24h") or an RFC 3339 time."""
+        ``since``: how far back from now ("24h", "7d")."""
         params = {"tenant": tenant, "kind": kind, "since": since, "bucket": bucket}
         query = {k: v for k, v in params.items() if v is not None}
         return dict(await self._request("GET", "/v1/spend", params=query))

@@ -145,7 +145,7 @@ async def test_a_submit_past_the_budget_is_a_402_that_writes_nothing(
 
 @pytest.mark.parametrize(
     "params",
-    [{"since": "yesterday"}, {"bucket": "0s"}, {"bucket": "1s", "since": "30d"}, {"bucket": "x"}],
+    [{"since": "yesterday"}, {"since": "1" * 400}, {"bucket": "x"}, {"bucket": "-1h"}],
 )
 async def test_bad_spend_parameters_are_a_422(
     server: tuple[str, Floodway], params: dict[str, str]
@@ -182,3 +182,12 @@ async def test_the_client_and_the_cli_show_spend_and_a_refusal(
     assert shown.returncode == 0, shown.stderr
     assert f"spend: {cost(100, 50):.2f}" in shown.stdout
     assert "budget of b: 0.01 left of 0.01" in shown.stdout
+
+
+async def test_a_bucket_too_small_for_its_window_is_widened(server: tuple[str, Floodway]) -> None:
+    url, _ = server
+    async with client(url, "key-a") as a:
+        day = (await a.get("/v1/spend", params={"since": "1d", "bucket": "1ms"})).json()
+        none = (await a.get("/v1/spend", params={"since": "0s", "bucket": "0s"})).json()
+    assert day["bucket_s"] == pytest.approx(86400 / 10_000)
+    assert none["bucket_s"] == 1.0
