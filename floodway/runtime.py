@@ -15,7 +15,7 @@ import httpx
 from floodway.clock import Clock
 from floodway.config import Settings
 from floodway.context import Context
-from floodway.core.errors import InvalidInput
+from floodway.core.errors import BudgetExceeded, InvalidInput
 from floodway.core.outcome import Applied, Cancelled, Completion, Failed, Outcome
 from floodway.core.spend import Charge, Usage
 from floodway.core.states import Status
@@ -224,7 +224,10 @@ class Runtime:
                     metadata={**task.metadata, "fallback_of": task.id},
                 )
                 new = self.new_task(request, tenant=task.tenant)
-                await self.store.submit([new], self.clock.now())
+                try:
+                    await self.store.submit([new], self.clock.now())
+                except BudgetExceeded as exc:  # the fallback is a new submission: it may not fit
+                    log.warning("fallback of %s not submitted: %s", task.id, exc)
 
     async def alert(self, task: Task, item: Completion) -> None:
         dead = dataclasses.replace(task, status=Status.DEAD, error=item.error)
