@@ -136,8 +136,17 @@ async def test_a_budget_holds_under_50_concurrent_submits_to_two_api_processes(
         ]
         for api in apis:
             stack.callback(api.stop, 10)
+        # A worker runs meanwhile: tasks settle (their holds turn into spend) while others
+        # are being admitted.
+        worker = spawn_worker(database, redis, sim.url, tmp_path / "w.log", extra_env=env)
+        stack.callback(worker.stop, 10)
         for api in apis:
             await until(api.healthy, 60, "the API process answers")
+
+        async def worker_started() -> bool:
+            return worker.ready()
+
+        await until(worker_started, 60, "the worker started")
         async with httpx.AsyncClient(timeout=30) as http:
 
             async def submit(i: int) -> httpx.Response:
@@ -158,8 +167,6 @@ async def test_a_budget_holds_under_50_concurrent_submits_to_two_api_processes(
                 json={"tasks": [{"kind": KIND, "input": {"n": 100 + i}} for i in range(2)]},
             )
             assert batch.status_code == 402, batch.text
-            worker = spawn_worker(database, redis, sim.url, tmp_path / "w.log", extra_env=env)
-            stack.callback(worker.stop, 10)
             fw = build(database, sim.url, redis=redis)
             async with fw:
                 await until(lambda: all_terminal(fw, FITS), 60, "every accepted task ran")

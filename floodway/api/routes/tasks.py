@@ -67,7 +67,7 @@ def decode_cursor(cursor: str) -> int:
     dependencies=[JSON_BODY],
     responses={
         200: {"model": SubmitOut, "description": "Idempotency-Key replay: the same task"},
-        **problems(401, 409, 415, 422, 429),
+        **problems(401, 402, 409, 415, 422, 429),
     },
 )
 async def submit(
