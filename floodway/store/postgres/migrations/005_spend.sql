@@ -13,11 +13,12 @@ CREATE TABLE spend (
     output_tokens double precision NOT NULL DEFAULT 0,
     images        double precision NOT NULL DEFAULT 0
 );
-CREATE INDEX spend_tenant_at ON spend (tenant, at);
+-- (tenant, at) with cost: a budget check sums a period's spend from the index alone.
+CREATE INDEX spend_tenant_at ON spend (tenant, at) INCLUDE (cost);
 CREATE INDEX spend_at ON spend (at);
 CREATE INDEX spend_task ON spend (task_id);
 -- What a task may still cost (its estimate, priced): held against its tenant's budget while
 -- the task has not ended. The budget check sums the in-flight ones through this index.
 ALTER TABLE tasks ADD COLUMN spend_hold double precision NOT NULL DEFAULT 0;
-CREATE INDEX tasks_held ON tasks (tenant)
+CREATE INDEX tasks_held ON tasks (tenant) INCLUDE (spend_hold)
     WHERE spend_hold > 0 AND status IN ('queued', 'running', 'retrying');
