@@ -40,7 +40,7 @@ from floodway.core.errors import (
     TaskNotFound,
 )
 from floodway.core.outcome import Applied, Completion, Succeeded
-from floodway.core.spend import Charge
+from floodway.core.spend import Budget, Charge
 from floodway.core.states import TERMINAL, Status, check_transition
 from floodway.core.task import ErrorClass, ErrorInfo, Lane, NewTask, Submitted, Task, new_id
 from floodway.store.base import BatchKey, HeartbeatResult, TaskChange
@@ -67,8 +67,8 @@ class Submission:
     @property
     def mergeable(self) -> bool:
         """May share one INSERT with other submits' tasks. A depth check counts under a
-        per-tenant lock: it goes task by task; a budget is checked for the whole submit."""
-        return not any(_checks_depth(n) or n.budget is not None for n in self.tasks)
+        per-tenant lock: it goes task by task."""
+        return not any(_checks_depth(n) for n in self.tasks)
 
 
 class _Key(Enum):
@@ -125,8 +125,8 @@ def submit(
                 task = yield from claim_work(task, n.fingerprint, s.now)
             changes.append(TaskChange(task.id, task.status, task.tenant))
             done.append(Submitted(task))
-        yield from _check_budget(s, done)
         results.append(done)
+    yield from _check_budgets(submissions, results)
     return results
 
 
@@ -233,32 +233,32 @@ def _check_depth(new: NewTask) -> Rule[None]:
         )
 
 
-def _check_budget(submission: Submission, done: Sequence[Submitted]) -> Rule[None]:
-    """Refuse the whole submit (its transaction rolls back) when its new tasks' holds would
-    pass what the tenant has left this period. Run under a per-tenant lock after the inserts,
-    so the holds read include every committed submit's and this one's, and the next
-    submitter of the tenant waits for this one to commit."""
-    first = submission.tasks[0] if submission.tasks else None
-    budget = first.budget if first is not None else None
-    if first is None or budget is None:
-        return
-    needed = sum(s.task.spend_hold for s in done if not s.reused and not s.task.terminal)
-    if needed <= 0:
-        return
-    yield from one("lock_tenant_budget", tenant=first.tenant)
-    since = budget.period_start(submission.now)
-    row = yield from one("budget_used", tenant=first.tenant, since=since)
-    used = float(row["spent"]) + float(row["held"]) if row else 0.0
-    if used > budget.amount:  # what the submit's own tasks hold is in ``held``
-        left = max(0.0, budget.amount - (used - needed))
-        raise BudgetExceeded(
-            first.tenant,
-            budget.amount,
-            left,
-            needed,
-            budget.resets_at(submission.now),
-            submission.now,
-        )
+def _check_budgets(
+    submissions: Sequence[Submission], results: Sequence[Sequence[Submitted]]
+) -> Rule[None]:
+    """Refuse the submits (their transaction rolls back) when their new tasks' holds would
+    pass what a tenant has left this period: once per tenant, for every submit of the group
+    (the group then runs again, each submit alone, so only the one that does not fit is
+    refused). Checked after the inserts, under a per-tenant lock taken in tenant order: the
+    holds read are every committed submit's and these, and the tenant's next submitter waits
+    for this transaction."""
+    asked: dict[str, tuple[Budget, float, float]] = {}  # tenant -> (budget, now, needed)
+    for submission, done in zip(submissions, results, strict=True):
+        first = submission.tasks[0] if submission.tasks else None
+        if first is None or first.budget is None:
+            continue
+        needed = sum(s.task.spend_hold for s in done if not s.reused and not s.task.terminal)
+        if needed > 0:
+            _, now, before = asked.get(first.tenant, (first.budget, 0.0, 0.0))
+            asked[first.tenant] = (first.budget, max(now, submission.now), before + needed)
+    for tenant in sorted(asked):
+        budget, now, needed = asked[tenant]
+        yield from one("lock_tenant_budget", tenant=tenant)
+        row = yield from one("budget_used", tenant=tenant, since=budget.period_start(now))
+        used = float(row["spent"]) + float(row["held"]) if row else 0.0
+        if used > budget.amount:  # what these submits hold is in ``held``
+            left = max(0.0, budget.amount - (used - needed))
+            raise BudgetExceeded(tenant, budget.amount, left, needed, budget.resets_at(now), now)
 
 
 # -- spend ------------------------------------------------------------------------------------
