@@ -385,7 +385,9 @@ function renderResources(stats) {
 
 // -- spend ---------------------------------------------------------------------------------
 const SPEND_REFRESH_MS = 10000; // the spend ledger is re-read at most this often
+const SPEND_SUB = "last 24 h, at the configured prices";
 let spendReadAt = 0;
+let spendBusy = false;
 
 const money = new Intl.NumberFormat("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 4 });
 const fmtMoney = (v) => (Number.isFinite(v) ? money.format(v) : "—");
@@ -454,15 +456,22 @@ function renderSpend(view) {
   renderBudgets(view.budgets);
 }
 
-/** The spend panel, read again every SPEND_REFRESH_MS; a server without /v1/spend leaves it. */
+/**
+ * The spend panel, read again every SPEND_REFRESH_MS beside the poll (never holding it up: the
+ * connection state follows /v1/stats alone). A failed read is shown and tried at the next poll.
+ */
 async function refreshSpend() {
-  if (Date.now() - spendReadAt < SPEND_REFRESH_MS) return;
+  if (spendBusy || Date.now() - spendReadAt < SPEND_REFRESH_MS) return;
+  spendBusy = true;
   spendReadAt = Date.now();
   try {
     renderSpend(await getJson("v1/spend", { params: { since: "24h", bucket: "1h" } }));
+    $("spend-sub").textContent = SPEND_SUB;
   } catch (error) {
-    if (error instanceof ApiError && error.unauthorized) throw error;
+    spendReadAt = 0;
     $("spend-sub").textContent = `spend unavailable: ${error.message}`;
+  } finally {
+    spendBusy = false;
   }
 }
 
@@ -789,7 +798,7 @@ async function pollOnce() {
   renderStates(stats);
   renderCharts(stats, sample);
   renderResources(stats);
-  await refreshSpend();
+  refreshSpend(); // not awaited: it catches its own failures
   $("dead-count").textContent = fmtInt(stats.dead_letters ?? 0);
   $("dead-count").dataset.value = String(stats.dead_letters ?? 0);
   if (deadNeedsRefresh(stats)) {
