@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from floodway.core.outcome import Applied, Completion, Succeeded
-from floodway.core.spend import Charge
+from floodway.core.spend import Budget, Charge
 from floodway.core.states import Status
 from floodway.core.task import Candidate, Lane, NewTask, Submitted, Task
 
@@ -279,11 +279,15 @@ class Store(Protocol):
         Terminal -> IllegalTransition."""
         ...
 
-    async def manual_retry(self, task_id: str, tenant: str | None, now: float) -> Task:
+    async def manual_retry(
+        self, task_id: str, tenant: str | None, now: float, budget: Budget | None = None
+    ) -> Task:
         """failed/dead/timeout -> queued with a fresh attempt budget, then the work rule of a
         submit: its result if the work succeeded meanwhile (``deduped``), a wait if it is in
         flight. Refused (:class:`~floodway.core.errors.AttemptStillOpen`) while the task's
-        last call may still be running at the provider."""
+        last call may still be running at the provider. With ``budget`` (its tenant's), refused
+        (:class:`~floodway.core.errors.BudgetExceeded`) when its estimate, held again, would
+        pass it."""
         ...
 
     # -- recovery and maintenance -----------------------------------------------------------

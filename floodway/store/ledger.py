@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from floodway.core.errors import IllegalTransition
 from floodway.core.outcome import Applied, Completion, Succeeded
 from floodway.core.owners import new_identity
-from floodway.core.spend import Charge
+from floodway.core.spend import Budget, Charge
 from floodway.core.states import CLAIMABLE, Status, check_transition
 from floodway.core.task import Candidate, NewTask, Submitted, Task
 from floodway.store import rules
@@ -258,8 +258,12 @@ class Ledger(ABC):
             lambda changes: rules.cancel(task_id, tenant, now, changes), wake=True
         )
 
-    async def manual_retry(self, task_id: str, tenant: str | None, now: float) -> Task:
-        return await self._write(lambda changes: rules.manual_retry(task_id, tenant, now, changes))
+    async def manual_retry(
+        self, task_id: str, tenant: str | None, now: float, budget: Budget | None = None
+    ) -> Task:
+        return await self._write(
+            lambda changes: rules.manual_retry(task_id, tenant, now, changes, budget)
+        )
 
     # -- recovery and maintenance --------------------------------------------------------
     async def open_attempts(self, limit: int) -> list[Task]:

@@ -252,13 +252,18 @@ def _check_budgets(
             _, now, before = asked.get(first.tenant, (first.budget, 0.0, 0.0))
             asked[first.tenant] = (first.budget, max(now, submission.now), before + needed)
     for tenant in sorted(asked):
-        budget, now, needed = asked[tenant]
-        yield from one("lock_tenant_budget", tenant=tenant)
-        row = yield from one("budget_used", tenant=tenant, since=budget.period_start(now))
-        used = float(row["spent"]) + float(row["held"]) if row else 0.0
-        if used > budget.amount:  # what these submits hold is in ``held``
-            left = max(0.0, budget.amount - (used - needed))
-            raise BudgetExceeded(tenant, budget.amount, left, needed, budget.resets_at(now), now)
+        yield from _check_budget(tenant, *asked[tenant])
+
+
+def _check_budget(tenant: str, budget: Budget, now: float, needed: float) -> Rule[None]:
+    """Raise BudgetExceeded if ``tenant`` now uses more than ``budget``, ``needed`` of it
+    held by the tasks this transaction wrote."""
+    yield from one("lock_tenant_budget", tenant=tenant)
+    row = yield from one("budget_used", tenant=tenant, since=budget.period_start(now))
+    used = float(row["spent"]) + float(row["held"]) if row else 0.0
+    if used > budget.amount:  # what these tasks hold is in ``held``
+        left = max(0.0, budget.amount - (used - needed))
+        raise BudgetExceeded(tenant, budget.amount, left, needed, budget.resets_at(now), now)
 
 
 # -- spend ------------------------------------------------------------------------------------
@@ -594,7 +599,11 @@ def cancel(task_id: str, tenant: str | None, now: float, changes: list[TaskChang
 
 
 def manual_retry(
-    task_id: str, tenant: str | None, now: float, changes: list[TaskChange]
+    task_id: str,
+    tenant: str | None,
+    now: float,
+    changes: list[TaskChange],
+    budget: Budget | None = None,
 ) -> Rule[Task]:
     task = yield from load(task_id, lock=True)
     if tenant is not None and task.tenant != tenant:
@@ -614,5 +623,8 @@ def manual_retry(
     retried = yield from load(task_id)
     if task.fingerprint is not None:
         retried = yield from claim_work(retried, task.fingerprint, now)
+    if budget is not None and retried.spend_hold > 0 and not retried.terminal:
+        # Queued again, the task holds its estimate again: as a new submission would.
+        yield from _check_budget(task.tenant, budget, now, retried.spend_hold)
     changes.append(TaskChange(task_id, retried.status, task.tenant))
     return retried

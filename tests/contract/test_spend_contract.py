@@ -143,3 +143,18 @@ async def test_a_budget_holds_under_concurrent_submitters(backend: Backend) -> N
         assert (len(accepted), len(refused)) == (14, 36), results
         use = await a.budget_use("default", NOW // DAY * DAY)
         assert use.held == pytest.approx(14 * 0.7)
+
+
+async def test_a_manual_retry_holds_its_estimate_again_within_the_budget(store: Store) -> None:
+    budget = Budget(amount=1.0, period_s=DAY)
+    (first,) = await store.submit([task(n=1, spend_hold=0.6, budget=budget)], NOW)
+    r = await running(store, first.task)
+    dead = Completion(r.id, S.DEAD, lease_token=r.lease_token)
+    assert (await store.complete([dead], NOW + 1))[0].applied
+    await store.submit([task(n=2, spend_hold=0.6, budget=budget)], NOW + 1)  # its room now
+    with pytest.raises(BudgetExceeded):
+        await store.manual_retry(first.task.id, None, NOW + 2, budget)
+    still = await store.get(first.task.id)
+    assert still is not None and still.status is S.DEAD  # nothing written
+    retried = await store.manual_retry(first.task.id, None, NOW + DAY, Budget(2.0, DAY))
+    assert retried.status is S.QUEUED

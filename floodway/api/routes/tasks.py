@@ -149,7 +149,7 @@ async def cancel_task(task_id: str, tenant: Tenant, state: State) -> TaskOut:
     "/{task_id}/retry",
     response_model=TaskOut,
     summary="Retry a failed, dead or timed-out task",
-    responses=problems(401, 404, 409),
+    responses=problems(401, 402, 404, 409),
 )
 async def retry_task(task_id: str, tenant: Tenant, state: State) -> TaskOut:
     return task_out(await state.fw.retry(checked_id(task_id), tenant=tenant))
