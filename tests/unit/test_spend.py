@@ -3,6 +3,7 @@ from: a kind's price wins over its resource's, a named tenant's budget over the 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,19 @@ def test_a_wrong_key_in_a_tenant_section_names_it(tmp_path: Path) -> None:
     path.write_text("[tenants]\nbudget = { amount = -1 }\n")
     with pytest.raises(ConfigError, match=r"tenants\.budget\.amount"):
         load_settings(path)
+
+
+def test_the_examples_of_docs_spend_md_load(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "spend.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", text, re.DOTALL)
+    assert len(blocks) == 2
+    loaded = []
+    for number, block in enumerate(blocks):
+        path = tmp_path / f"example-{number}.toml"
+        path.write_text(block)
+        loaded.append(Pricing(load_settings(path)))
+    prices, budgets = loaded
+    assert prices.price_of("summarize", "llm") == Price(0.15, 0.6, 0.0, 0.0)
+    assert prices.price_of("images", None) == Price(per_image=0.04)
+    assert budgets.budget_of("acme") == Budget(500.0, 30 * 86400.0)
+    assert budgets.budget_of("anyone") == Budget(50.0, 86400.0)
