@@ -112,6 +112,9 @@ def read_throughput(path: Path, data: Data) -> Row:
     if data.get("keyed"):  # Dramatiq's figures are for plain messages: nothing to judge against
         scenario += ", every submit with a request key"
         floor, passed = "none (compare with the plain row)", None
+    if data.get("budgeted"):  # what the spend ledger and a budget cost: compared, not judged
+        scenario += ", a priced kind and a tenant budget"
+        floor, passed = "none (compare with the plain row)", None
     return Row(
         "T1",
         scenario,

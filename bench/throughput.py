@@ -3,6 +3,7 @@
     python -m bench.throughput                          # SQLite, in-process worker
     python -m bench.throughput --database postgresql://postgres@127.0.0.1/test --workers 4
     python -m bench.throughput --keyed ...              # every submit with a request key
+    python -m bench.throughput --budgeted ...           # a priced kind, every tenant a budget
 
 With --workers N the tasks are drained by N `floodway worker` processes, started once the
 tasks are submitted; drained/s is then measured on the ledger's own clock, from the first claim
@@ -42,11 +43,14 @@ async def one_run(
     concurrency: int,
     submit_concurrency: int,
     keyed: bool = False,
+    budgeted: bool = False,
 ) -> dict[str, float]:
     if database.startswith("postgres"):
         async with fresh_database(database) as fresh:
-            return await _measure(fresh, tasks, workers, concurrency, submit_concurrency, keyed)
-    return await _measure(database, tasks, workers, concurrency, 0, keyed)
+            return await _measure(
+                fresh, tasks, workers, concurrency, submit_concurrency, keyed, budgeted
+            )
+    return await _measure(database, tasks, workers, concurrency, 0, keyed, budgeted)
 
 
 async def _measure(
@@ -56,8 +60,9 @@ async def _measure(
     concurrency: int,
     submit_concurrency: int,
     keyed: bool,
+    budgeted: bool,
 ) -> dict[str, float]:
-    fw = build(database)
+    fw = build(database, budgeted=budgeted)
     await fw.open()
     try:
         inputs = [{"n": i} for i in range(tasks)]
@@ -87,7 +92,8 @@ async def _measure(
         else:
             with tempfile.TemporaryDirectory() as logs:
                 procs = [
-                    _spawn(database, concurrency, Path(logs) / f"w{i}.log") for i in range(workers)
+                    _spawn(database, concurrency, Path(logs) / f"w{i}.log", budgeted)
+                    for i in range(workers)
                 ]
                 try:
                     while (await fw.store.stats()).by_status.get("succeeded", 0) < tasks:
@@ -123,8 +129,9 @@ async def _ledger_window(fw: Floodway) -> tuple[float, float]:
         after = page[-1].seq
 
 
-def _spawn(database: str, concurrency: int, log: Path) -> subprocess.Popen[bytes]:
+def _spawn(database: str, concurrency: int, log: Path, budgeted: bool) -> subprocess.Popen[bytes]:
     env = {**os.environ, "FLOODWAY_DATABASE": database, "PYTHONPATH": str(ROOT)}
+    env["FLOODWAY_BENCH_BUDGETED"] = "1" if budgeted else "0"
     with log.open("wb") as out:
         return subprocess.Popen(
             [
@@ -163,6 +170,9 @@ def main() -> None:
         "--submit-concurrency", type=int, default=64, help="PostgreSQL: submits in flight at once"
     )
     parser.add_argument("--keyed", action="store_true", help="every submit has a request key")
+    parser.add_argument(
+        "--budgeted", action="store_true", help="a priced kind and a budget for every tenant"
+    )
     args = parser.parse_args()
     runs = []
     for i in range(args.runs):
@@ -177,6 +187,7 @@ def main() -> None:
                         args.concurrency,
                         args.submit_concurrency,
                         args.keyed,
+                        args.budgeted,
                     )
                 )
             )
@@ -186,10 +197,12 @@ def main() -> None:
         )
     backend = "postgresql" if args.database and args.database.startswith("postgres") else "sqlite"
     name = f"throughput-{backend}-{args.workers or 'inline'}" + ("-keyed" if args.keyed else "")
+    name += "-budgeted" if args.budgeted else ""
     figures = {
         "scenario": "T1",
         "backend": backend,
         "keyed": args.keyed,
+        "budgeted": args.budgeted,
         "worker_processes": args.workers,
         "tasks": args.tasks,
         "runs": runs,

@@ -7,6 +7,7 @@ from floodway.context import Context
 from floodway.core.errors import (
     AdmissionRefused,
     AttemptStillOpen,
+    BudgetExceeded,
     ConfigError,
     FatalError,
     FloodwayError,
@@ -31,6 +32,7 @@ from floodway.version import __version__
 __all__ = [
     "AdmissionRefused",
     "AttemptStillOpen",
+    "BudgetExceeded",
     "Client",
     "ConfigError",
     "Context",

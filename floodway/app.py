@@ -298,7 +298,9 @@ class Floodway:
     async def retry(self, task_id: str, *, tenant: str | None = None) -> Task:
         """The manual back-edge: failed/dead/timeout -> queued with a fresh attempt budget."""
         await self.open()
-        return await self.runtime.store.manual_retry(task_id, tenant, self.clock.now())
+        task = await self.get(task_id, tenant=tenant)  # its tenant's budget applies
+        budget = self.runtime.pricing.budget_of(task.tenant)
+        return await self.runtime.store.manual_retry(task_id, tenant, self.clock.now(), budget)
 
     # -- running -----------------------------------------------------------------------------
     @asynccontextmanager

@@ -179,6 +179,32 @@ def register(app: typer.Typer) -> None:
         out.print_json(json.dumps(call(url, api_key, lambda c: c.stats())))
 
     @app.command()
+    def spend(
+        since: Annotated[
+            str | None, typer.Option(help='how far back: "24h", "7d" (default: everything kept)')
+        ] = None,
+        kind: Annotated[str | None, typer.Option(help="one kind")] = None,
+        tenant: Annotated[str | None, typer.Option(help="one tenant (operators)")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="the whole answer as JSON")] = False,
+        url: UrlOpt = DEFAULT_URL,
+        api_key: KeyOpt = None,
+    ) -> None:
+        """Spend per tenant and kind, what dedupe saved, and what budgets have left."""
+        view = call(url, api_key, lambda c: c.spend(tenant=tenant, kind=kind, since=since))
+        if as_json:
+            out.print_json(json.dumps(view))
+            return
+        out.print(spend_table(view))
+        for b in view["budgets"]:
+            out.print(
+                f"budget of {b['tenant']}: {b['left']:.2f} left of {b['amount']:.2f} "
+                f"(spent {b['spent']:.2f}, held by running work {b['held']:.2f}); "
+                f"resets {b['resets_at']}",
+                soft_wrap=True,
+                highlight=False,
+            )
+
+    @app.command()
     def dlq(
         action: Annotated[str, typer.Argument(help="list | retry")] = "list",
         task_id: Annotated[str | None, typer.Argument(help="the task to retry")] = None,
@@ -226,6 +252,22 @@ def print_tasks(tasks: list[Task], title: str) -> None:
         print_indented(f"{t.kind} · {t.status.value} · {t.attempts} attempt(s)")
         if t.error:
             print_indented(f"{t.error.cls.value}: {t.error.message}")
+
+
+def spend_table(view: dict[str, Any]) -> Table:
+    table = Table(title=f"spend: {view['cost']:.2f}, saved by dedupe: {view['saved']:.2f}")
+    for column in ("tenant", "kind", "cost", "saved", "calls", "deduped"):
+        table.add_column(column, justify="left" if column in ("tenant", "kind") else "right")
+    for line in view["lines"]:
+        table.add_row(
+            escape(line["tenant"]),
+            escape(line["kind"]),
+            f"{line['cost']:.2f}",
+            f"{line['saved']:.2f}",
+            str(line["calls"]),
+            str(line["deduped"]),
+        )
+    return table
 
 
 def print_indented(text: str, indent: str = "    ") -> None:

@@ -21,6 +21,7 @@ import json
 import random
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -30,6 +31,7 @@ import httpx
 from floodway.core.backoff import Backoff
 from floodway.core.errors import (
     AdmissionRefused,
+    BudgetExceeded,
     FloodwayError,
     IdempotencyConflict,
     IllegalTransition,
@@ -251,6 +253,20 @@ class Client:
     async def stats(self) -> dict[str, Any]:
         return dict(await self._request("GET", "/v1/stats"))
 
+    async def spend(
+        self,
+        *,
+        tenant: str | None = None,
+        kind: str | None = None,
+        since: str | None = None,
+        bucket: str | None = None,
+    ) -> dict[str, Any]:
+        """``GET /v1/spend``: cost and savings per tenant and kind, a series, budgets.
+        ``since``: how far back from now ("24h", "7d")."""
+        params = {"tenant": tenant, "kind": kind, "since": since, "bucket": bucket}
+        query = {k: v for k, v in params.items() if v is not None}
+        return dict(await self._request("GET", "/v1/spend", params=query))
+
     async def healthz(self) -> dict[str, Any]:
         return dict(await self._request("GET", "/healthz"))
 
@@ -329,11 +345,33 @@ def raise_for_problem(response: httpx.Response) -> None:
         raise IllegalTransition(
             str(problem.get("from_status", "")), str(problem.get("to_status", "")), ""
         )
+    if slug == "budget-exceeded":
+        raise _budget_exceeded(problem, response)
     if slug == "admission-refused" or response.status_code == 429:
         raise AdmissionRefused(
             str(problem.get("limit", "")), detail, _retry_after(problem, response)
         )
     raise ApiError(response.status_code, problem)
+
+
+def _budget_exceeded(problem: Mapping[str, Any], response: httpx.Response) -> BudgetExceeded:
+    def number(name: str) -> float:
+        value = problem.get(name)
+        return float(value) if isinstance(value, int | float) else 0.0
+
+    try:
+        resets_at = datetime.fromisoformat(str(problem.get("resets_at"))).timestamp()
+    except ValueError:
+        resets_at = 0.0
+    wait = _retry_after(problem, response)
+    return BudgetExceeded(
+        str(problem.get("tenant", "")),
+        number("budget"),
+        number("left"),
+        number("estimated"),
+        resets_at,
+        resets_at - wait,
+    )
 
 
 def _retry_after(problem: Mapping[str, Any], response: httpx.Response) -> float:

@@ -83,6 +83,30 @@ def _for(*adapters: str) -> dict[str, Any]:
     return {"adapters": list(adapters)}
 
 
+class PriceConfig(_Strict):
+    """``price = {...}`` on a kind or a resource (the kind's wins): what a billed call costs,
+    in your currency. Every settled call's usage is priced with it in the spend ledger
+    (docs/spend.md)."""
+
+    input_per_1m: float = Field(0.0, ge=0, description="per million input tokens")
+    output_per_1m: float = Field(0.0, ge=0, description="per million output tokens")
+    per_request: float = Field(0.0, ge=0, description="per billed request")
+    per_image: float = Field(0.0, ge=0, description="per image generated")
+
+
+class BudgetConfig(_Strict):
+    """``budget = {...}`` in ``[tenants]`` (every tenant's) or ``[tenants.NAME]``: what a
+    tenant may spend per period. A submission whose estimated cost would pass what is left
+    is refused with a 402 (docs/spend.md)."""
+
+    amount: float = Field(ge=0, description="what a tenant may spend per period")
+    period: Duration = Field(
+        86400.0,
+        gt=0,
+        description='the period, aligned on the Unix epoch ("1d" resets at 00:00 UTC)',
+    )
+
+
 class ResourceConfig(_Strict):
     """One provider quota pool. Limits are the provider's published ones; floodway applies
     ``headroom`` of them. 0 means no limit on that dimension."""
@@ -109,11 +133,20 @@ class ResourceConfig(_Strict):
         description="a bucket's capacity as seconds of refill; 0 = the largest that keeps a "
         "sliding minute within the limit",
     )
+    price: PriceConfig | None = Field(
+        None, description="what a call of this resource's kinds costs (a kind's price wins)"
+    )
+
+
+class NamedTenantConfig(_Strict):
+    """``[tenants.NAME]``: one tenant's own settings (NAME is the tenant an API key maps to)."""
+
+    budget: BudgetConfig | None = Field(None, description="this tenant's budget (wins)")
 
 
 class TenantConfig(_Strict):
     """Defaults for every tenant (what ``[api] keys`` maps each key to; "default" when the
-    API is open)."""
+    API is open). A sub-table ``[tenants.NAME]`` holds one tenant's own settings."""
 
     concurrency: int = Field(
         0,
@@ -131,6 +164,35 @@ class TenantConfig(_Strict):
         ge=0,
         description="a tenant's interactive tasks queued or running at once (429 beyond)",
     )
+    budget: BudgetConfig | None = Field(
+        None,
+        description='every tenant\'s budget, e.g. { amount = 50.0, period = "1d" }; unset: '
+        "no budget",
+    )
+    named: dict[str, NamedTenantConfig] = Field(
+        default_factory=dict,
+        exclude=True,
+        description="the [tenants.NAME] sub-tables, gathered here from the [tenants] table",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_named(cls, data: Any) -> Any:
+        # A table under [tenants] that is not one of its keys is a tenant's own section.
+        if not isinstance(data, dict):
+            return data
+        fields = set(cls.model_fields)
+        named = {k: v for k, v in data.items() if k not in fields and isinstance(v, dict)}
+        if not named:
+            return data
+        kept = {k: v for k, v in data.items() if k not in named}
+        return {**kept, "named": {**kept.get("named", {}), **named}}
+
+    def budget_of(self, tenant: str) -> BudgetConfig | None:
+        own = self.named.get(tenant)
+        if own is not None and own.budget is not None:
+            return own.budget
+        return self.budget
 
 
 class ApiConfig(_Strict):
@@ -326,6 +388,11 @@ class KindConfig(_Strict):
         "adapter's own (openai: by endpoint; simulated: tokens; http: none)",
         json_schema_extra=_for("http", "simulated", "openai"),
     )
+    price: PriceConfig | None = Field(
+        None,
+        description="what a call costs, e.g. { input_per_1m = 2.5, output_per_1m = 10.0 }; "
+        "unset: the resource's price, else free",
+    )
     output_schema: dict[str, Any] | None = Field(
         None, description="JSON Schema a result must pass (a failing 2xx counts toward poison)"
     )
@@ -488,7 +555,10 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
 def format_validation_error(exc: ValidationError, where: str) -> str:
     lines = [f"invalid configuration in {where}:"]
     for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        loc = list(err["loc"])
+        if loc[:2] == ["tenants", "named"]:  # [tenants.NAME] is written without the field
+            del loc[1]
+        key = ".".join(str(p) for p in loc) or "(top level)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown key"

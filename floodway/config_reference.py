@@ -18,9 +18,12 @@ from pydantic.fields import FieldInfo
 
 from floodway.config import (
     ApiConfig,
+    BudgetConfig,
     CallbacksConfig,
     KindConfig,
     KindOptions,
+    NamedTenantConfig,
+    PriceConfig,
     ResourceConfig,
     RetentionConfig,
     Settings,
@@ -59,7 +62,10 @@ def render() -> str:
         table("`[retention]`", RetentionConfig, "RETENTION__"),
         table("`[callbacks]`", CallbacksConfig, "CALLBACKS__"),
         table("`[tenants]`", TenantConfig, "TENANTS__"),
+        table("`[tenants.NAME]`", NamedTenantConfig, "TENANTS__<NAME>__"),
+        table("`budget = {...}`", BudgetConfig, "TENANTS__[<NAME>__]BUDGET__"),
         table("`[resources.NAME]`", ResourceConfig, "RESOURCES__<NAME>__"),
+        table("`price = {...}`", PriceConfig, "KINDS__<NAME>__PRICE__"),
         table("`[kinds.NAME]`", KindConfig, "KINDS__<NAME>__", adapters=True),
         table("`[kinds.NAME.options]`", KindOptions, "KINDS__<NAME>__OPTIONS__", adapters=True),
     ]
@@ -82,7 +88,7 @@ def table(
         head.insert(1, "adapters")
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, field in model.model_fields.items():
-        if scalars_only and _is_model(field):
+        if (scalars_only and _is_model(field)) or field.exclude:
             continue
         cells = [
             f"`{name}`",
@@ -125,7 +131,7 @@ def _type_text(annotation: Any) -> str:
     if origin in (types.UnionType, typing.Union):
         kept = [a for a in args if a is not type(None)]
         return " or ".join(_type_text(a) for a in kept)
-    if origin is dict:
+    if origin is dict or (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
         return "table"
     if origin is list:
         return f"list of {_type_text(args[0])}s"
@@ -134,6 +140,8 @@ def _type_text(annotation: Any) -> str:
 
 
 def default_text(field: FieldInfo) -> str:
+    if field.is_required():
+        return "(required)"
     factory = field.default_factory
     value = field.default if factory is None else factory()  # type: ignore[call-arg]
     if value is None:

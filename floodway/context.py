@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from floodway.clock import Clock
+from floodway.core.spend import Usage
 from floodway.core.task import Task
 
 #: Record an upstream job id durably for this attempt; False when the attempt lost its lease.
@@ -25,6 +26,8 @@ class Context:
         self._clock = clock
         self._record_ref = record_ref
         self.usage: float | None = None
+        #: what the provider billed, for the spend ledger (None: it reported nothing)
+        self.billed: Usage | None = None
         self.upstream_ref: str | None = task.upstream_ref
         self.response_headers: dict[str, str] = {}
         self.throttled = False
@@ -53,10 +56,24 @@ class Context:
     def now(self) -> float:
         return self._clock.now()
 
-    def report_usage(self, amount: float) -> None:
+    def report_usage(
+        self,
+        amount: float,
+        *,
+        input_tokens: float | None = None,
+        output_tokens: float | None = None,
+        images: float | None = None,
+    ) -> None:
         """The actual cost the provider reported (tokens, characters...): settles the
-        estimate made at submit."""
+        estimate made at submit. The split (input and output tokens, images) prices the call
+        in the spend ledger; without one, ``amount`` is priced as input tokens."""
         self.usage = float(amount)
+        if input_tokens is None and output_tokens is None and images is None:
+            self.billed = Usage(input_tokens=self.usage)
+        else:
+            self.billed = Usage(
+                float(input_tokens or 0), float(output_tokens or 0), float(images or 0)
+            )
 
     async def set_upstream_ref(self, ref: str) -> None:
         """Record the upstream job id durably before waiting on it, so recovery can resume

@@ -20,13 +20,14 @@ from rich.live import Live
 from rich.table import Table
 
 from floodway.app import Floodway
-from floodway.config import KindConfig, ResourceConfig, Settings
+from floodway.config import KindConfig, PriceConfig, ResourceConfig, Settings
 from floodway.core.states import Status
 from floodway.core.task import Task
 from floodway.providers.sim import SimulatorConfig, running_simulator
 from floodway.providers.sim.state import SimulatorState
+from floodway.store.base import SpendQuery, SpendReport
 
-PRICE_PER_IMAGE = 0.04  # dollars: what a duplicate would have cost
+PRICE_PER_IMAGE = 0.04  # dollars per billed image: the kind's price, for the spend ledger
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ def settings_for(sim_url: str, opts: DemoOptions, database: str) -> Settings:
                 max_attempts=4,
                 timeout=max(30.0, opts.latency_ms / 1000 * 4),
                 deadline=max(900.0, opts.latency_ms / 1000 * opts.images),
+                price=PriceConfig(per_request=PRICE_PER_IMAGE),
             )
         },
     )
@@ -144,11 +146,17 @@ async def _run(
             console.line()
     # From the start to the last task's end: the work's makespan, not this view's polling.
     makespan = max(t.finished_at or started for t in latest.values()) - started
-    return summarize([latest[i] for i in ids], sim, makespan, opts, console)
+    spend = await fw.store.spend(SpendQuery(since=0.0))
+    return summarize([latest[i] for i in ids], sim, spend, makespan, opts, console)
 
 
 def summarize(
-    final: list[Task], sim: SimulatorState, makespan: float, opts: DemoOptions, console: Console
+    final: list[Task],
+    sim: SimulatorState,
+    spend: SpendReport,
+    makespan: float,
+    opts: DemoOptions,
+    console: Console,
 ) -> int:
     states = Counter(t.status for t in final)
     ledger = sim.ledger.as_dict()
@@ -180,7 +188,14 @@ def summarize(
     table.add_row(
         "billed images", f"{ledger['total']} (double charged: {len(ledger['double_charged'])})"
     )
-    table.add_row("money saved on duplicates", f"${duplicates * PRICE_PER_IMAGE:.2f}")
+    # Both from floodway's spend ledger: priced usage of billed calls, and what deduped
+    # tasks saved (the cost of the work whose result they took).
+    spent = sum(line.cost for line in spend.lines)
+    calls = sum(line.calls for line in spend.lines)
+    table.add_row("spent", f"${spent:.2f} ({calls} billed calls at ${PRICE_PER_IMAGE:.2f})")
+    saved = sum(line.saved for line in spend.lines)
+    deduped = sum(line.deduped for line in spend.lines)
+    table.add_row("money saved on duplicates", f"${saved:.2f} ({deduped} deduped)")
     console.print(table)
     lost = [t for t in final if not t.terminal]
     return 1 if lost or ledger["double_charged"] else 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -14,12 +15,14 @@ import httpx
 from floodway.clock import Clock
 from floodway.config import Settings
 from floodway.context import Context
-from floodway.core.errors import InvalidInput
+from floodway.core.errors import BudgetExceeded, InvalidInput
 from floodway.core.outcome import Applied, Cancelled, Completion, Failed, Outcome
+from floodway.core.spend import Charge, Usage
 from floodway.core.states import Status
 from floodway.core.task import Lane, NewTask, SubmitRequest, Task, request_hash
 from floodway.kinds import KindRegistry
 from floodway.limits.base import Admission
+from floodway.pricing import Pricing
 from floodway.retry import RetryPolicy
 from floodway.store.base import Store, TaskChange
 from floodway.validation import check_input
@@ -123,6 +126,10 @@ class Runtime:
     callbacks_out: Counter[str] = field(default_factory=Counter)
     alert_hooks: list[AlertHook] = field(default_factory=list)
 
+    @property
+    def pricing(self) -> Pricing:
+        return Pricing(self.settings)
+
     def new_task(
         self, request: SubmitRequest, *, tenant: str = "default", batch_id: str | None = None
     ) -> NewTask:
@@ -138,6 +145,7 @@ class Runtime:
             ) from None
         cost = spec.estimate(value)
         self.check_fits(spec.resource, cost)
+        hold = self.pricing.hold(request.kind, spec.resource, cost)
         attempts = spec.max_attempts if request.max_attempts is None else request.max_attempts
         if attempts < 1:
             raise InvalidInput("max_attempts must be at least 1")
@@ -156,6 +164,8 @@ class Runtime:
             key_ttl_s=self.settings.retention.keys,
             fingerprint=spec.work_print(value, tenant),
             cost_estimated=cost,
+            spend_hold=hold,
+            budget=self.pricing.budget_of(tenant),
             metadata=dict(request.metadata or {}),
             callback_url=request.callback_url,
             batch_id=batch_id,
@@ -163,6 +173,26 @@ class Runtime:
             # Compared only when a request key matches: a submit without one skips the hash.
             request_hash="" if key is None else request_hash(request),
         )
+
+    def decide(
+        self,
+        task: Task,
+        outcome: Outcome,
+        now: float,
+        billed: Usage | None,
+        rng: random.Random | None = None,
+    ) -> Completion:
+        """The retry policy's write for ``outcome``, with what the provider billed priced."""
+        item = self.policy.decide(task, outcome, now, rng)
+        charge = self.charge(task, billed)
+        return item if charge is None else dataclasses.replace(item, charge=charge)
+
+    def charge(self, task: Task, billed: Usage | None) -> Charge | None:
+        """What a call of ``task`` that billed ``billed`` cost (None: it billed nothing)."""
+        if billed is None:
+            return None
+        resource = self.kinds.get(task.kind).resource
+        return self.pricing.charge(task.kind, resource, billed)
 
     def context(self, task: Task) -> Context:
         """The handler's view of one attempt of ``task`` (claimed: it holds the lease)."""
@@ -194,7 +224,10 @@ class Runtime:
                     metadata={**task.metadata, "fallback_of": task.id},
                 )
                 new = self.new_task(request, tenant=task.tenant)
-                await self.store.submit([new], self.clock.now())
+                try:
+                    await self.store.submit([new], self.clock.now())
+                except BudgetExceeded as exc:  # the fallback is a new submission: it may not fit
+                    log.warning("fallback of %s not submitted: %s", task.id, exc)
 
     async def alert(self, task: Task, item: Completion) -> None:
         dead = dataclasses.replace(task, status=Status.DEAD, error=item.error)

@@ -19,7 +19,7 @@ import signal
 import socket
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +37,7 @@ from floodway.clock import SystemClock
 from floodway.config import ResourceConfig, load_settings
 from floodway.limits.admission import AdmissionTuning, LimitsAdmission
 from floodway.limits.factory import build_backend
-from floodway.providers.responses import error_for, keep_headers
+from floodway.providers.responses import error_for, keep_headers, report_usage
 from harness.processes import spawn_floodway, until
 
 RESOURCE = "sim"
@@ -66,6 +66,9 @@ def build(
     if adaptive is None:
         adaptive = os.environ.get("FLEET_ADAPTIVE") == "1"
     resource = ResourceConfig(adaptive=True) if adaptive else ResourceConfig(concurrency=limit)
+    # A price given in the environment (FLOODWAY_RESOURCES__SIM__PRICE__...) is kept.
+    given = settings.resources.get(RESOURCE)
+    resource = resource.model_copy(update={"price": given.price if given else None})
     settings = settings.model_copy(update={"resources": {RESOURCE: resource}})
     if tuning is not None:
         clock = SystemClock()
@@ -87,7 +90,10 @@ def build(
         if r.status_code != 200:
             return None
         body = r.json()
-        return body.get("result") if body.get("status") == "succeeded" else None
+        if body.get("status") != "succeeded":
+            return None
+        report_usage(ctx, body)  # what the provider billed for the job found
+        return body.get("result")
 
     @fw.kind(
         KIND,
@@ -101,7 +107,9 @@ def build(
         keep_headers(ctx, r)  # the provider's rate-limit figures, for the limiter
         if r.status_code >= 400:  # 429 -> throttled with its Retry-After, 5xx/409 -> retryable
             raise error_for(r, ctx.now(), "POST /generate")
-        return r.json()["result"]
+        body = r.json()
+        report_usage(ctx, body)  # the tokens the provider billed: the spend ledger's figure
+        return body["result"]
 
     return fw
 
@@ -267,7 +275,7 @@ def _fleet_env(
     }
 
 
-def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def _spawn(args: list[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
     return spawn_floodway([*args, "--app", "harness.fleet:fw"], env, log)
 
 
@@ -284,9 +292,12 @@ def spawn_worker(
     lookup: bool = True,
     timeout_s: float = 60.0,
     adaptive: bool = False,
+    extra_env: Mapping[str, str] | None = None,
 ) -> WorkerProcess:
+    """``extra_env``: more settings (``FLOODWAY_...``) for the process."""
     env = {
         **_fleet_env(database, redis, sim_url, cap, adaptive),
+        **(extra_env or {}),
         "FLOODWAY_WORKER__LEASE": lease,
         "FLEET_IDEMPOTENT": "1" if idempotent else "0",
         "FLEET_LOOKUP": "1" if lookup else "0",
@@ -321,11 +332,19 @@ class ApiProcess(WorkerProcess):
 
 
 def spawn_api(
-    database: str, redis: str, sim_url: str, log: Path, *, cap: int = 10, adaptive: bool = False
+    database: str,
+    redis: str,
+    sim_url: str,
+    log: Path,
+    *,
+    cap: int = 10,
+    adaptive: bool = False,
+    extra_env: Mapping[str, str] | None = None,
 ) -> ApiProcess:
     port = free_port()
     args = ["api", "--host", "127.0.0.1", "--port", str(port)]
-    proc = _spawn(args, _fleet_env(database, redis, sim_url, cap, adaptive), log)
+    env = {**_fleet_env(database, redis, sim_url, cap, adaptive), **(extra_env or {})}
+    proc = _spawn(args, env, log)
     return ApiProcess(proc, log, url=f"http://127.0.0.1:{port}")
 
 

@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector
 
 from floodway.api.stats import Observed, Window
 from floodway.runtime import Runtime
-from floodway.store.base import StoreStats
+from floodway.store.base import SpendReport, StoreStats
 
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
@@ -27,6 +27,7 @@ class _Snapshot(Collector):
         self.resources: dict[str, dict[str, Any]] = {}
         self.upstream: dict[str, float] = {}
         self.callbacks_out: dict[str, int] = {}
+        self.spend: SpendReport = SpendReport()
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         tasks = GaugeMetricFamily(
@@ -66,6 +67,25 @@ class _Snapshot(Collector):
         for result, count in sorted(self.callbacks_out.items()):
             out.add_metric([result], count)
         yield out
+        yield from self._spend()
+
+    def _spend(self) -> Iterator[CounterMetricFamily]:
+        # Read from the ledger: the same figures from every process, kept across restarts.
+        spent = CounterMetricFamily(
+            "floodway_spend",
+            "What billed calls cost at the configured prices (the spend ledger)",
+            labels=["tenant", "kind"],
+        )
+        saved = CounterMetricFamily(
+            "floodway_spend_saved",
+            "What dedupe saved: the cost of the work deduped tasks took the result of",
+            labels=["tenant", "kind"],
+        )
+        for line in self.spend.lines:
+            spent.add_metric([line.tenant, line.kind], line.cost)
+            saved.add_metric([line.tenant, line.kind], line.saved)
+        yield spent
+        yield saved
 
     def _limits(self) -> Iterator[GaugeMetricFamily]:
         limit = GaugeMetricFamily(
@@ -145,12 +165,14 @@ class ApiMetrics:
     def render(
         self,
         stats: StoreStats,
+        spend: SpendReport,
         resources: Mapping[str, dict[str, Any]],
         window: Window,
         upstream: Mapping[str, float] | None = None,
         callbacks_out: Mapping[str, int] | None = None,
     ) -> bytes:
         self._snapshot.by_status = dict(stats.by_status)
+        self._snapshot.spend = spend
         self._snapshot.resources = dict(resources)
         self._snapshot.upstream = dict(upstream or {})
         self._snapshot.callbacks_out = dict(callbacks_out or {})

@@ -17,6 +17,7 @@ from floodway.api.problems import PROBLEM_JSON, Problem
 
 _DESCRIPTIONS = {
     400: "Malformed JSON, or JSON nested too deep",
+    402: "The submission's estimated cost would pass the tenant's budget this period",
     401: "Missing or unknown API key (when keys are configured), or a bad webhook signature",
     404: "No such task for this tenant, or no such route",
     408: "The request body did not arrive within [api] body_timeout",

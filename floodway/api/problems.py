@@ -27,6 +27,7 @@ from starlette.types import Scope
 from floodway.core.errors import (
     AdmissionRefused,
     AttemptStillOpen,
+    BudgetExceeded,
     ConfigError,
     FloodwayError,
     IdempotencyConflict,
@@ -38,6 +39,7 @@ from floodway.core.errors import (
     UnknownKind,
 )
 from floodway.openai_wire import openai_error
+from floodway.wire import timestamp
 
 log = logging.getLogger("floodway.api")
 
@@ -186,6 +188,22 @@ def from_floodway_error(exc: FloodwayError, instance: str | None = None) -> JSON
             instance=instance,
             from_status=str(exc.frm),
             to_status=str(exc.to),
+        )
+    if isinstance(exc, BudgetExceeded):  # money, not speed: waiting helps only at the reset
+        resets_at = timestamp(exc.resets_at)
+        when = resets_at.isoformat() if resets_at is not None else "never"
+        return problem_response(
+            402,
+            "budget-exceeded",
+            f"{exc}; it resets at {when}",
+            title="Payment Required",
+            instance=instance,
+            headers={"Retry-After": retry_after_header(exc.retry_after)},
+            tenant=exc.tenant,
+            budget=exc.amount,
+            left=exc.left,
+            estimated=exc.needed,
+            resets_at=when,
         )
     if isinstance(exc, AdmissionRefused):
         return problem_response(

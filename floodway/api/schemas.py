@@ -108,6 +108,12 @@ class TimingOut(BaseModel):
     p95_s: float | None
 
 
+class SpendTotalOut(BaseModel):
+    cost: float = 0.0
+    saved: float = 0.0
+    by_kind: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+
 class StatsOut(BaseModel):
     tasks: dict[str, int] = Field(
         description="tasks per status: the caller's tenant's (every tenant's for an operator)"
@@ -132,6 +138,11 @@ class StatsOut(BaseModel):
         default_factory=dict,
         description="this process's provider calls (operators only): calls, throttled (429), "
         "server_errors (5xx), their rates, polls and poll_idle_ratio",
+    )
+    spend: SpendTotalOut = Field(
+        default_factory=lambda: SpendTotalOut(),
+        description="what billed calls cost and dedupe saved (all the ledger keeps), per kind: "
+        "the caller's tenant's, every tenant's for an operator; details at /v1/spend",
     )
 
 
@@ -158,3 +169,44 @@ class WebhookAck(BaseModel):
     status: Literal["applied", "ignored"]
     task_id: str
     task_status: Status
+
+
+class SpendLineOut(BaseModel):
+    tenant: str
+    kind: str
+    cost: float = Field(description="what billed calls cost, at the configured prices")
+    saved: float = Field(description="what dedupe saved: the cost of the work deduped tasks took")
+    input_tokens: float
+    output_tokens: float
+    images: float
+    calls: int = Field(description="billed calls")
+    deduped: int = Field(description="tasks that took another task's result instead of a call")
+
+
+class SpendPointOut(BaseModel):
+    at: datetime = Field(description="the start of the bucket")
+    tenant: str
+    kind: str
+    cost: float
+    saved: float
+
+
+class BudgetOut(BaseModel):
+    tenant: str
+    amount: float
+    period_s: float
+    period_start: datetime
+    resets_at: datetime
+    spent: float = Field(description="billed this period")
+    held: float = Field(description="what the tenant's unfinished tasks may still cost")
+    left: float = Field(description="what a new submission may still be estimated at")
+
+
+class SpendOut(BaseModel):
+    since: datetime | None = Field(description="the start of the view (null: everything kept)")
+    cost: float = Field(description="the total over the lines")
+    saved: float = Field(description="the total dedupe saved over the lines")
+    lines: list[SpendLineOut] = Field(description="per tenant and kind")
+    bucket_s: float
+    series: list[SpendPointOut] = Field(description="per bucket of time, tenant and kind")
+    budgets: list[BudgetOut] = Field(description="the budgets of the tenants in view")

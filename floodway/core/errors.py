@@ -14,6 +14,7 @@
     ├── InvalidInput             input that is not a JSON object, too deep, ...
     ├── IdempotencyConflict      an Idempotency-Key reused with a different body
     ├── AdmissionRefused         a tenant limit says "too fast" (has ``limit``, ``retry_after``)
+    ├── BudgetExceeded           the submission would pass the tenant's budget this period
     ├── WaitTimeout              ``wait()`` gave up before the task ended
     └── HandlerError             raised by handlers to tell floodway what happened
         ├── RetryableError       worth another attempt (``retry_after``, ``throttled``)
@@ -105,6 +106,21 @@ class AdmissionRefused(FloodwayError):
     def __init__(self, limit: str, message: str, retry_after: float) -> None:
         self.limit, self.retry_after = limit, retry_after
         super().__init__(message)
+
+
+class BudgetExceeded(FloodwayError):
+    """A submission whose estimated cost would pass the tenant's budget for this period."""
+
+    def __init__(
+        self, tenant: str, amount: float, left: float, needed: float, resets_at: float, now: float
+    ) -> None:
+        self.tenant, self.amount, self.left = tenant, amount, left
+        self.needed, self.resets_at = needed, resets_at
+        self.retry_after = max(0.0, resets_at - now)
+        super().__init__(
+            f"tenant {tenant!r} has {left:.6g} left of its budget of {amount:.6g} this period; "
+            f"this submission is estimated at {needed:.6g}"
+        )
 
 
 class WaitTimeout(FloodwayError):

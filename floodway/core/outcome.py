@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from floodway.core.spend import Charge
 from floodway.core.states import Status
 from floodway.core.task import JSON, ErrorInfo, Task
 
@@ -76,6 +77,8 @@ class Completion:
     keep_attempt: bool = False
     #: the task's call may go on without a worker until then (its worker died mid-call)
     orphan_until: float | None = None
+    #: what the provider billed for this attempt: written to the spend ledger with the status
+    charge: Charge | None = None
 
     @property
     def closes_attempt(self) -> bool:

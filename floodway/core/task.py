@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from floodway.core.spend import Budget
 from floodway.core.states import TERMINAL, Status
 
 JSON = Any  # a value that json.dumps accepts
@@ -69,6 +70,8 @@ class Task:
     upstream_ref: str | None = None
     cost_estimated: float = 0.0
     cost_actual: float | None = None
+    #: held against the tenant's budget until the task ends (its estimate, priced)
+    spend_hold: float = 0.0
     created_at: float = 0.0
     updated_at: float = 0.0
     started_at: float | None = None
@@ -135,6 +138,11 @@ class NewTask:
     key_ttl_s: float = 24 * 3600
     fingerprint: str | None = None
     cost_estimated: float = 0.0
+    #: what the task may cost at most (its estimate priced): held against the tenant's budget
+    #: from admission until the task ends
+    spend_hold: float = 0.0
+    #: the tenant's budget, checked atomically with the insert (None: no budget)
+    budget: Budget | None = None
     metadata: dict[str, JSON] = field(default_factory=dict)
     callback_url: str | None = None
     batch_id: str | None = None

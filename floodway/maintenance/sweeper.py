@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from floodway.core.outcome import Completion, Failed, Succeeded, from_running
 from floodway.core.owners import identity_of
+from floodway.core.spend import Charge
 from floodway.core.states import TERMINAL, Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task
 from floodway.kinds import KindSpec
@@ -128,13 +129,14 @@ class Sweeper:
                 ),
             )
         if spec.lookup is not None:
+            ctx = runtime.context(task)
             try:
-                found = await spec.lookup(runtime.context(task))
+                found = await spec.lookup(ctx)
             except Exception as exc:
                 log.warning("lookup of %s failed: %s; retrying later", task.id, exc)
                 return None
-            if found is not None:
-                return from_running(task, Status.SUCCEEDED, result=found)
+            if found is not None:  # what the provider billed for it is spent now
+                return runtime.decide(task, Succeeded(found, ctx.usage), now, ctx.billed)
         message = f"the worker holding the task died mid-call ({task.lease_owner})"
         if spec.idempotent:
             # The provider honours the key: a resubmission joins or replays the same job. At
@@ -159,26 +161,33 @@ class Sweeper:
         closed = 0
         for task in await runtime.store.ended_orphans(runtime.clock.now(), self.batch):
             assert task.lease_token is not None
-            result = await self._look_up(task)
+            result, charge = await self._look_up(task)
             now = runtime.clock.now()
-            if await runtime.store.close_attempt(task.id, task.lease_token, result, now):
+            closed_now = await runtime.store.close_attempt(
+                task.id, task.lease_token, result, now, charge
+            )
+            if closed_now:
                 await runtime.admission.release_slots(self._permit(task))
                 closed += 1
         return closed
 
-    async def _look_up(self, task: Task) -> Succeeded | None:
+    async def _look_up(self, task: Task) -> tuple[Succeeded | None, Charge | None]:
+        """A late success the provider's look-up finds, and what it billed for it."""
         runtime = self.runtime
         if task.kind not in runtime.kinds:
-            return None
-        lookup = runtime.kinds.get(task.kind).lookup
-        if lookup is None:
-            return None
+            return None, None
+        spec = runtime.kinds.get(task.kind)
+        if spec.lookup is None:
+            return None, None
+        ctx = runtime.context(task)
         try:
-            found = await lookup(runtime.context(task))
+            found = await spec.lookup(ctx)
         except Exception as exc:
             log.warning("last look-up of %s failed: %s", task.id, exc)
-            return None
-        return None if found is None else Succeeded(found)
+            return None, None
+        if found is None:
+            return None, None
+        return Succeeded(found), runtime.charge(task, ctx.billed)
 
     # -- deadlines ------------------------------------------------------------------------------
     async def _deadlines(self) -> int:

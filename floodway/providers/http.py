@@ -24,7 +24,14 @@ from floodway.core.task import JSON
 from floodway.core.upstream import JobView
 from floodway.kinds import CostFn
 from floodway.providers.base import Accepted, Finished, SharedClient, Submission
-from floodway.providers.responses import error_for, error_of, json_body, send, usage_of
+from floodway.providers.responses import (
+    error_for,
+    error_of,
+    json_body,
+    report_usage,
+    send,
+    usage_of,
+)
 
 if TYPE_CHECKING:
     from floodway.context import Context
@@ -229,9 +236,7 @@ class HttpAdapter:
         return data
 
     def _report_usage(self, ctx: Context, data: Any) -> None:
-        amount = usage_of(data, self.fields.usage)
-        if amount is not None:
-            ctx.report_usage(amount)
+        report_usage(ctx, data, self.fields.usage)
 
     def _failure(self, view: JobView, what: str) -> HandlerError:
         text = f"{what}: upstream job failed" + (f" ({view.error_type})" if view.error_type else "")

@@ -23,7 +23,7 @@ from floodway.core.task import JSON
 from floodway.kinds import CostFn
 from floodway.providers.base import Finished, SharedClient, Submission
 from floodway.providers.cost import chat_tokens, embedding_tokens, image_count
-from floodway.providers.responses import error_for, json_body, send, usage_of
+from floodway.providers.responses import error_for, json_body, report_usage, send
 
 if TYPE_CHECKING:
     from floodway.context import Context
@@ -80,20 +80,18 @@ class OpenAIAdapter:
         if not response.is_success:
             raise error_for(response, ctx.now(), what)
         data = json_body(response, what)
-        used = self._usage(data)
-        if used is not None:
-            ctx.report_usage(used)
+        self._report(ctx, data)
         if self.endpoint == "chat":
             _refuse_refusals(data, what)
         return Finished(data)
 
-    def _usage(self, data: Any) -> float | None:
-        used = usage_of(data)
-        if used is None and self.endpoint == "images" and isinstance(data, dict):
+    def _report(self, ctx: Context, data: Any) -> None:
+        if self.endpoint == "images" and isinstance(data, dict):
             images = data.get("data")
             if isinstance(images, list):
-                return float(len(images))
-        return used
+                ctx.report_usage(float(len(images)), images=float(len(images)))
+                return
+        report_usage(ctx, data)
 
 
 def _refuse_refusals(data: Any, what: str) -> None:

@@ -182,3 +182,33 @@ def usage_of(body: Any, field: str = "usage") -> float | None:
     ]
     numbers = [float(p) for p in parts if isinstance(p, int | float) and not isinstance(p, bool)]
     return sum(numbers) if numbers else None
+
+
+def token_split(body: Any, field: str = "usage") -> tuple[float, float] | None:
+    """(input, output) tokens from a usage object that splits them (OpenAI's
+    ``prompt_tokens``/``completion_tokens``, or ``input_tokens``/``output_tokens``)."""
+    usage = body.get(field) if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    for names in (("prompt_tokens", "completion_tokens"), ("input_tokens", "output_tokens")):
+        found = [_number(usage.get(n)) for n in names]
+        if found != [None, None]:
+            return found[0] or 0.0, found[1] or 0.0
+    return None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def report_usage(ctx: Context, body: Any, field: str = "usage") -> None:
+    """Tell ``ctx`` what the answer says was billed (split into input and output tokens when
+    the provider splits it)."""
+    amount = usage_of(body, field)
+    if amount is None:
+        return
+    split = token_split(body, field)
+    if split is None:
+        ctx.report_usage(amount)
+    else:
+        ctx.report_usage(amount, input_tokens=split[0], output_tokens=split[1])

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from floodway.core.outcome import Applied, Completion, Succeeded
+from floodway.core.spend import Budget, Charge
 from floodway.core.states import Status
 from floodway.core.task import Candidate, Lane, NewTask, Submitted, Task
 
@@ -96,6 +97,53 @@ class TaskEvent:
 class StoreStats:
     by_status: dict[str, int] = field(default_factory=dict)
     by_kind_status: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SpendQuery:
+    """The spend ledger since ``since``: one tenant's (None: everyone's), one kind's (None:
+    all), summed per tenant and kind, and per ``bucket_s`` of time (None: no series)."""
+
+    since: float
+    tenant: str | None = None
+    kind: str | None = None
+    bucket_s: float | None = None
+
+
+@dataclass(frozen=True)
+class SpendLine:
+    tenant: str
+    kind: str
+    cost: float
+    saved: float
+    input_tokens: float
+    output_tokens: float
+    images: float
+    calls: int  # billed calls
+    deduped: int  # tasks that took another's result instead of a call
+
+
+@dataclass(frozen=True)
+class SpendPoint:
+    at: float  # the bucket's start
+    tenant: str
+    kind: str
+    cost: float
+    saved: float
+
+
+@dataclass(frozen=True)
+class SpendReport:
+    lines: tuple[SpendLine, ...] = ()
+    series: tuple[SpendPoint, ...] = ()
+
+
+@dataclass(frozen=True)
+class BudgetUse:
+    """What a tenant spent since its period began, and what its unfinished tasks hold."""
+
+    spent: float
+    held: float
 
 
 @dataclass(frozen=True)
@@ -194,6 +242,12 @@ class Store(Protocol):
         """Tasks of a batch per status (empty: no such batch for this tenant)."""
         ...
 
+    async def spend(self, query: SpendQuery) -> SpendReport:
+        """The spend ledger: what billed calls cost and what dedupe saved."""
+        ...
+
+    async def budget_use(self, tenant: str, since: float) -> BudgetUse: ...
+
     # -- the worker's hot path ----------------------------------------------------------
     async def ready(self, query: ReadyQuery) -> list[Candidate]:
         """Ready tasks, up to ``query.limit`` per tenant, in dispatch order (interactive first,
@@ -258,11 +312,15 @@ class Store(Protocol):
         Terminal -> IllegalTransition."""
         ...
 
-    async def manual_retry(self, task_id: str, tenant: str | None, now: float) -> Task:
+    async def manual_retry(
+        self, task_id: str, tenant: str | None, now: float, budget: Budget | None = None
+    ) -> Task:
         """failed/dead/timeout -> queued with a fresh attempt budget, then the work rule of a
         submit: its result if the work succeeded meanwhile (``deduped``), a wait if it is in
         flight. Refused (:class:`~floodway.core.errors.AttemptStillOpen`) while the task's
-        last call may still be running at the provider."""
+        last call may still be running at the provider. With ``budget`` (its tenant's), refused
+        (:class:`~floodway.core.errors.BudgetExceeded`) when its estimate, held again, would
+        pass it."""
         ...
 
     # -- recovery and maintenance -----------------------------------------------------------
@@ -295,10 +353,16 @@ class Store(Protocol):
         ...
 
     async def close_attempt(
-        self, task_id: str, lease_token: str, result: Succeeded | None, now: float
+        self,
+        task_id: str,
+        lease_token: str,
+        result: Succeeded | None,
+        now: float,
+        charge: Charge | None = None,
     ) -> bool:
         """Close an open attempt: a success (found by a lookup) becomes the work's result and
-        its waiters' (the task's status stays what it is); otherwise the work passes on."""
+        its waiters' (the task's status stays what it is); otherwise the work passes on.
+        ``charge``: what the call billed (the lookup's usage), written to the spend ledger."""
         ...
 
     async def past_deadline(self, now: float, limit: int) -> list[Task]: ...

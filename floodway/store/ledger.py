@@ -18,11 +18,13 @@ from typing import Any, TypeVar
 from floodway.core.errors import IllegalTransition
 from floodway.core.outcome import Applied, Completion, Succeeded
 from floodway.core.owners import new_identity
+from floodway.core.spend import Budget, Charge
 from floodway.core.states import CLAIMABLE, Status, check_transition
 from floodway.core.task import Candidate, NewTask, Submitted, Task
 from floodway.store import rules
 from floodway.store.base import (
     BatchKey,
+    BudgetUse,
     ChangeListener,
     ClaimParams,
     HeartbeatResult,
@@ -30,6 +32,10 @@ from floodway.store.base import (
     Purged,
     ReadyQuery,
     Retention,
+    SpendLine,
+    SpendPoint,
+    SpendQuery,
+    SpendReport,
     StoreStats,
     TaskChange,
     TaskEvent,
@@ -143,6 +149,34 @@ class Ledger(OpenAIRecords, ABC):
         rows = await self._all("batch_counts", batch_id=batch_id, tenant=tenant)
         return {r["status"]: r["count"] for r in rows}
 
+    async def spend(self, query: SpendQuery) -> SpendReport:
+        params = {"tenant": query.tenant, "kind": query.kind, "since": query.since}
+        lines = tuple(
+            SpendLine(
+                r["tenant"],
+                r["kind"],
+                float(r["cost"]),
+                float(r["saved"]),
+                float(r["input_tokens"]),
+                float(r["output_tokens"]),
+                float(r["images"]),
+                int(r["calls"]),
+                int(r["deduped"]),
+            )
+            for r in await self._all("spend_totals", **params)
+        )
+        if query.bucket_s is None:
+            return SpendReport(lines)
+        series = tuple(
+            SpendPoint(float(r["at"]), r["tenant"], r["kind"], float(r["cost"]), float(r["saved"]))
+            for r in await self._all("spend_series", bucket=query.bucket_s, **params)
+        )
+        return SpendReport(lines, series)
+
+    async def budget_use(self, tenant: str, since: float) -> BudgetUse:
+        row = await self._one("budget_used", tenant=tenant, since=since)
+        return BudgetUse(0.0, 0.0) if row is None else BudgetUse(row["spent"], row["held"])
+
     # -- the worker's hot path -------------------------------------------------------------
     async def ready(self, query: ReadyQuery) -> list[Candidate]:
         rows = await self._all("ready", kinds=query.kinds, now=query.now, limit=query.limit)
@@ -225,8 +259,12 @@ class Ledger(OpenAIRecords, ABC):
             lambda changes: rules.cancel(task_id, tenant, now, changes), wake=True
         )
 
-    async def manual_retry(self, task_id: str, tenant: str | None, now: float) -> Task:
-        return await self._write(lambda changes: rules.manual_retry(task_id, tenant, now, changes))
+    async def manual_retry(
+        self, task_id: str, tenant: str | None, now: float, budget: Budget | None = None
+    ) -> Task:
+        return await self._write(
+            lambda changes: rules.manual_retry(task_id, tenant, now, changes, budget)
+        )
 
     # -- recovery and maintenance --------------------------------------------------------
     async def open_attempts(self, limit: int) -> list[Task]:
@@ -252,10 +290,15 @@ class Ledger(OpenAIRecords, ABC):
         return await self._tasks("ended_orphans", now=now, limit=limit)
 
     async def close_attempt(
-        self, task_id: str, lease_token: str, result: Succeeded | None, now: float
+        self,
+        task_id: str,
+        lease_token: str,
+        result: Succeeded | None,
+        now: float,
+        charge: Charge | None = None,
     ) -> bool:
         return await self._write(
-            lambda changes: rules.close_attempt(task_id, lease_token, result, now, changes)
+            lambda changes: rules.close_attempt(task_id, lease_token, result, now, changes, charge)
         )
 
     async def past_deadline(self, now: float, limit: int) -> list[Task]:
@@ -271,6 +314,7 @@ class Ledger(OpenAIRecords, ABC):
             deleted = yield from count("purge_rows", before=rows_before)
             yield from count("purge_events", before=rows_before)
             keys = yield from count("purge_keys", now=retention.now)
+            yield from count("purge_spend", before=rows_before)
             return Purged(cleared, deleted, keys)
 
         return await self._write(rule)

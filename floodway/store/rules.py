@@ -34,11 +34,13 @@ from typing import Any
 from floodway.core.errors import (
     AdmissionRefused,
     AttemptStillOpen,
+    BudgetExceeded,
     IdempotencyConflict,
     IllegalTransition,
     TaskNotFound,
 )
 from floodway.core.outcome import Applied, Completion, Succeeded
+from floodway.core.spend import Budget, Charge
 from floodway.core.states import TERMINAL, Status, check_transition
 from floodway.core.task import ErrorClass, ErrorInfo, Lane, NewTask, Submitted, Task, new_id
 from floodway.store.base import BatchKey, HeartbeatResult, TaskChange
@@ -124,6 +126,7 @@ def submit(
             changes.append(TaskChange(task.id, task.status, task.tenant))
             done.append(Submitted(task))
         results.append(done)
+    yield from _check_budgets(submissions, results)
     return results
 
 
@@ -230,6 +233,67 @@ def _check_depth(new: NewTask) -> Rule[None]:
         )
 
 
+def _check_budgets(
+    submissions: Sequence[Submission], results: Sequence[Sequence[Submitted]]
+) -> Rule[None]:
+    """Refuse the submits (their transaction rolls back) when their new tasks' holds would
+    pass what a tenant has left this period: once per tenant, for every submit of the group
+    (the group then runs again, each submit alone, so only the one that does not fit is
+    refused). Checked after the inserts, under a per-tenant lock taken in tenant order: the
+    holds read are every committed submit's and these, and the tenant's next submitter waits
+    for this transaction."""
+    asked: dict[str, tuple[Budget, float, float]] = {}  # tenant -> (budget, now, needed)
+    for submission, done in zip(submissions, results, strict=True):
+        first = submission.tasks[0] if submission.tasks else None
+        if first is None or first.budget is None:
+            continue
+        needed = sum(s.task.spend_hold for s in done if not s.reused and not s.task.terminal)
+        if needed > 0:
+            _, now, before = asked.get(first.tenant, (first.budget, 0.0, 0.0))
+            asked[first.tenant] = (first.budget, max(now, submission.now), before + needed)
+    for tenant in sorted(asked):
+        yield from _check_budget(tenant, *asked[tenant])
+
+
+def _check_budget(tenant: str, budget: Budget, now: float, needed: float) -> Rule[None]:
+    """Raise BudgetExceeded if ``tenant`` now uses more than ``budget``, ``needed`` of it
+    held by the tasks this transaction wrote."""
+    yield from one("lock_tenant_budget", tenant=tenant)
+    row = yield from one("budget_used", tenant=tenant, since=budget.period_start(now))
+    used = float(row["spent"]) + float(row["held"]) if row else 0.0
+    if used > budget.amount:  # what these tasks hold is in ``held``
+        left = max(0.0, budget.amount - (used - needed))
+        raise BudgetExceeded(tenant, budget.amount, left, needed, budget.resets_at(now), now)
+
+
+# -- spend ------------------------------------------------------------------------------------
+
+
+def record_spend(charges: Sequence[tuple[str, Charge | None]], now: float) -> Rule[None]:
+    """(task, what its call billed): in the ledger, in the transaction of the write that
+    reports the call's end."""
+    rows = [
+        {
+            "task_id": task_id,
+            "cost": charge.cost,
+            "input_tokens": charge.usage.input_tokens,
+            "output_tokens": charge.usage.output_tokens,
+            "images": charge.usage.images,
+        }
+        for task_id, charge in charges
+        if charge is not None
+    ]
+    if rows:
+        yield from count("insert_spend", rows=rows, at=now)
+
+
+def record_saved(pairs: Sequence[tuple[str, str]], now: float) -> Rule[None]:
+    """(deduped task, the task whose work it took): what each saved."""
+    if pairs:
+        rows = [{"task_id": task_id, "source": source} for task_id, source in pairs]
+        yield from count("insert_saved", rows=rows, at=now)
+
+
 # -- the work rule --------------------------------------------------------------------------
 
 
@@ -258,6 +322,7 @@ def claim_work(task: Task, fp: str, now: float) -> Rule[Task]:
         )
         detail = f"result of {source.id}" if same_tenant else f"result of {SHARED}"
         yield from event(task.id, Status.DEDUPED, now, 0, detail)
+        yield from record_saved([(task.id, source.id)], now)
     else:
         primary = owner["task_id"]
         yield from count(
@@ -290,6 +355,7 @@ def _work_succeeded(
         detail = f"result of {task_id}" if r["duplicate_of"] else f"result of {SHARED}"
         yield from event(r["id"], Status.DEDUPED, now, 0, detail)
         changes.append(TaskChange(r["id"], Status.DEDUPED, r["tenant"]))
+    yield from record_saved([(r["id"], task_id) for r in rows], now)
     return tuple(r["id"] for r in rows)
 
 
@@ -336,6 +402,8 @@ def complete(
         return one_by_one
     given = [{**completion_params(i, now), "detail": _detail(i)} for i in items]
     moved = {r["id"]: r for r in (yield from all_rows("complete_many", rows=given, now=now))}
+    # Before the work is released: a deduped waiter's saving is the cost written here.
+    yield from record_spend([(i.task_id, i.charge) for i in items if i.task_id in moved], now)
     missed = [i for i in items if i.task_id not in moved]
     found: dict[str, Row] = {}
     if missed:
@@ -368,6 +436,7 @@ def complete_one(item: Completion, now: float, changes: list[TaskChange]) -> Rul
         return (yield from _not_moved(item, current, now, changes))
     yield from event(item.task_id, item.to, now, row["attempts"], _detail(item))
     changes.append(TaskChange(item.task_id, item.to, row["tenant"]))
+    yield from record_spend([(item.task_id, item.charge)], now)
     freed: tuple[str, ...] = ()
     if item.closes_attempt:
         freed = yield from release_work(
@@ -404,9 +473,11 @@ def _release_succeeded(
         owned = [
             {"owner": i.task_id, "result": dumps(i.result)} for i, _ in done if i.task_id in owners
         ]
-        for r in (yield from all_rows("resolve_waiters_of", rows=owned, now=now)):
+        resolved = yield from all_rows("resolve_waiters_of", rows=owned, now=now)
+        for r in resolved:
             released[r["owner"]].append(r["id"])
             changes.append(TaskChange(r["id"], Status.DEDUPED, r["tenant"]))
+        yield from record_saved([(r["id"], r["owner"]) for r in resolved], now)
     return {owner: tuple(ids) for owner, ids in released.items()}
 
 
@@ -429,21 +500,32 @@ def _not_moved(
         return Applied(item.task_id, False, status)
     result = Succeeded(item.result) if item.to is Status.SUCCEEDED else None
     assert item.lease_token is not None
-    freed = yield from _close(item.task_id, item.lease_token, result, now, changes)
+    freed = yield from _close(item.task_id, item.lease_token, result, now, changes, item.charge)
     return Applied(item.task_id, False, status, freed or (), closed=freed is not None)
 
 
 def close_attempt(
-    task_id: str, token: str, result: Succeeded | None, now: float, changes: list[TaskChange]
+    task_id: str,
+    token: str,
+    result: Succeeded | None,
+    now: float,
+    changes: list[TaskChange],
+    charge: Charge | None = None,
 ) -> Rule[bool]:
-    return (yield from _close(task_id, token, result, now, changes)) is not None
+    return (yield from _close(task_id, token, result, now, changes, charge)) is not None
 
 
 def _close(
-    task_id: str, token: str, result: Succeeded | None, now: float, changes: list[TaskChange]
+    task_id: str,
+    token: str,
+    result: Succeeded | None,
+    now: float,
+    changes: list[TaskChange],
+    charge: Charge | None = None,
 ) -> Rule[tuple[str, ...] | None]:
     """Close an ended task's open attempt; None when it was not open under ``token``. A
-    success is kept: on the task's row (its status unchanged) and for the work's waiters."""
+    success is kept: on the task's row (its status unchanged) and for the work's waiters.
+    ``charge``: what the call billed, spent now (before a waiter's saving is counted)."""
     row = yield from one(
         "close_attempt",
         id=task_id,
@@ -456,6 +538,7 @@ def _close(
         return None
     status = Status(row["status"])
     changes.append(TaskChange(task_id, status, row["tenant"]))
+    yield from record_spend([(task_id, charge)], now)
     to = Status.SUCCEEDED if result is not None else status
     value = None if result is None else result.result
     return (yield from release_work(task_id, row["fingerprint"], to, value, now, changes))
@@ -516,7 +599,11 @@ def cancel(task_id: str, tenant: str | None, now: float, changes: list[TaskChang
 
 
 def manual_retry(
-    task_id: str, tenant: str | None, now: float, changes: list[TaskChange]
+    task_id: str,
+    tenant: str | None,
+    now: float,
+    changes: list[TaskChange],
+    budget: Budget | None = None,
 ) -> Rule[Task]:
     task = yield from load(task_id, lock=True)
     if tenant is not None and task.tenant != tenant:
@@ -536,5 +623,8 @@ def manual_retry(
     retried = yield from load(task_id)
     if task.fingerprint is not None:
         retried = yield from claim_work(retried, task.fingerprint, now)
+    if budget is not None and retried.spend_hold > 0 and not retried.terminal:
+        # Queued again, the task holds its estimate again: as a new submission would.
+        yield from _check_budget(task.tenant, budget, now, retried.spend_hold)
     changes.append(TaskChange(task_id, retried.status, task.tenant))
     return retried

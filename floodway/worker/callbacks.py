@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from floodway.core.outcome import Failed, Outcome
+from floodway.core.spend import Usage
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task
 from floodway.core.upstream import JobView
@@ -59,7 +60,8 @@ async def apply_callback(
             return Applied(False, task)
         if task is not None and task.parked:
             outcome = _outcome(spec, runtime, view)
-            decided = runtime.policy.decide(task, outcome, runtime.clock.now())
+            billed = None if view.usage is None else Usage(input_tokens=view.usage)
+            decided = runtime.decide(task, outcome, runtime.clock.now(), billed)
             item = dataclasses.replace(decided, lease_token=None, parked=True)
             if await finish_upstream(runtime, task, item, usage=view.usage):
                 return Applied(True, task)

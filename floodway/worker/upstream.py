@@ -271,7 +271,7 @@ class UpstreamPoller:
             if state == "done" and task.started_at is not None:
                 spec.poll.schedule.observe(task.started_at, asked_at)
             outcome = job_outcome(spec, runtime.policy, state, value, ctx.usage)
-        item = runtime.policy.decide(task, outcome, runtime.clock.now(), self._rng)
+        item = runtime.decide(task, outcome, runtime.clock.now(), ctx.billed, self._rng)
         await finish_upstream(runtime, task, item, usage=ctx.usage, headers=ctx.response_headers)
 
     async def _reschedule(

@@ -318,7 +318,7 @@ class Worker:
             message = f"the handler parked on {outcome.ref}, but kind {spec.name!r} has no poll"
             outcome = Failed(ErrorInfo(ErrorClass.FATAL, "not_pollable", message))
         runtime.upstream.record(outcome)
-        item = runtime.policy.decide(run.task, outcome, runtime.clock.now())
+        item = runtime.decide(run.task, outcome, runtime.clock.now(), run.ctx.billed)
         failed = outcome if isinstance(outcome, Failed) else None
         in_progress = failed is not None and failed.in_progress
         settlement = Settlement(

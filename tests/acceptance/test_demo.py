@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+from floodway.demo import PRICE_PER_IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,4 +36,10 @@ def test_demo_runs_offline_and_prints_the_summary(tmp_path: Path) -> None:
     ):
         assert line in out, out
     assert "10 (cap 10)" in out or "(cap 10)" in out
+    # The spent line is floodway's spend ledger; the billed line the provider's own ledger.
+    billed = re.search(r"billed images\W+(\d+) ", out)
+    spent = re.search(r"spent\W+\$(\d+\.\d\d) \((\d+) billed calls", out)
+    assert billed and spent, out
+    assert spent.group(2) == billed.group(1)
+    assert spent.group(1) == f"{int(billed.group(1)) * PRICE_PER_IMAGE:.2f}"
     assert not list(tmp_path.glob("*.db")), "the demo must not leave a database behind"

@@ -22,7 +22,15 @@ from fastapi import FastAPI
 
 from floodway import Floodway, RetryableError
 from floodway.api import create_app, serving
-from floodway.config import ApiConfig, ResourceConfig, Settings, WorkerConfig
+from floodway.config import (
+    ApiConfig,
+    BudgetConfig,
+    PriceConfig,
+    ResourceConfig,
+    Settings,
+    TenantConfig,
+    WorkerConfig,
+)
 from floodway.context import Context
 from floodway.testing import SimulatedProvider
 
@@ -112,8 +120,17 @@ async def busy(ctx: Context, inp: dict[str, Any]) -> dict[str, Any]:
     raise RetryableError("upstream busy", retry_after=600.0)
 
 
+async def chat(ctx: Context, inp: dict[str, Any]) -> dict[str, Any]:
+    """A priced call: it reports the tokens it used, as a provider's answer would."""
+    ctx.report_usage(inp["prompt"] + 100, input_tokens=inp["prompt"], output_tokens=100)
+    return {"text": "ok"}
+
+
 async def populate(dash: Dash) -> None:
     ids = dash.ids
+    # Spend: two priced calls and the same work again (deduped: a saving).
+    ids["chat"] = [await dash.submit("chat", {"prompt": p}) for p in (1000, 3000, 1000)]
+    await dash.settle(ids["chat"], {"succeeded", "deduped"})
     ids["succeeded"] = [await dash.submit("sim", {"n": n}) for n in range(5)]
     ids["failed"] = [await dash.submit("sim", {"fail": "refusal"})]
     ids["dead"] = [await dash.submit("flip", {"n": n}, max_attempts=1) for n in range(3)]
@@ -153,8 +170,10 @@ async def start_dash(tmp_path: Path) -> AsyncIterator[StartDash]:
                 resources={
                     "slow-api": ResourceConfig(
                         concurrency=1, requests_per_minute=600, tokens_per_minute=100_000
-                    )
+                    ),
+                    "llm": ResourceConfig(price=PriceConfig(input_per_1m=2.0, output_per_1m=8.0)),
                 },
+                tenants=TenantConfig(budget=BudgetConfig(amount=1.0)),
             )
             fw = Floodway(settings=settings)
             sim = SimulatedProvider(latency_s=0.01, seed=1)
@@ -164,6 +183,7 @@ async def start_dash(tmp_path: Path) -> AsyncIterator[StartDash]:
             fw.kind("flip", max_attempts=1)(flip.handler)
             fw.kind("slow", resource="slow-api")(slow.handler)
             fw.kind("busy")(busy)
+            fw.kind("chat", resource="llm", cost=lambda inp: inp["prompt"] + 100.0)(chat)
             app = create_app(
                 fw, run_workers=True, concurrency=8, sse_recheck_s=0.2, stats_sample_s=0.25
             )

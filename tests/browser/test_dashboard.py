@@ -390,3 +390,36 @@ async def test_charts_open_with_the_servers_recent_history(dash: Dash, open_page
     assert drawn >= 8  # the server's samples, and the page's own first poll
     assert watched.count("/v1/stats/history") == 1 and watched.count("/v1/stats") == 1
     assert watched.errors == []
+
+
+async def test_the_spend_panel_shows_the_spend_ledger(dash: Dash, open_page: OpenPage) -> None:
+    view = (await dash.http.get("/v1/spend", params={"since": "24h"})).json()
+    assert view["cost"] > 0 and view["saved"] > 0  # the fixture's priced calls and a dedupe
+    watched = await open_page(dash.url)
+    page = watched.page
+    await page.wait_for_selector("#spend-rows tr[data-kind='chat']")
+    shown = float(str(await page.get_attribute("#spend-cost", "data-value")))
+    assert shown == pytest.approx(view["cost"])
+    saved = float(str(await page.get_attribute("#spend-saved", "data-value")))
+    assert saved == pytest.approx(view["saved"])
+    (line,) = view["lines"]
+    cells = await page.locator("#spend-rows tr[data-kind='chat'] td").all_inner_texts()
+    assert cells[:2] == [line["tenant"], "chat"]
+    assert cells[4:] == [str(line["calls"]), str(line["deduped"])]
+    assert await page.is_hidden("#spend-empty")
+    # A day of hourly bars; the hour of the fixture's calls holds all of it.
+    bars = [
+        float(v)
+        for v in await page.eval_on_selector_all(
+            "#spend-bars .spend-bar", "bars => bars.map(b => b.dataset.value)"
+        )
+    ]
+    assert len(bars) == 24 and sum(bars) == pytest.approx(view["cost"])
+    budget = page.locator("#budgets [data-tenant='default'] .meter")
+    (answer,) = view["budgets"]
+    label = str(await budget.get_attribute("aria-label"))
+    assert label.startswith("Budget of default:") and "left of 1.00" in label
+    assert int(str(await budget.get_attribute("aria-valuenow"))) == round(
+        100 * (answer["spent"] + answer["held"]) / answer["amount"]
+    )
+    assert watched.errors == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from contextlib import AsyncExitStack
 
 import openai
@@ -241,3 +242,40 @@ async def test_a_call_cancelled_through_floodway_answers_409_task_cancelled(
         await call
     assert cancelled.value.code == "task-cancelled"
     assert cancelled.value.response.headers["x-floodway-task"] == running[0]
+
+
+async def test_a_tenants_budget_holds_on_the_openai_front(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    """The SDK's calls and its Batch API go through the same budget check as /v1/tasks: a
+    call past what is left is a 402 in OpenAI's error shape, a batch past it is refused whole."""
+    front = await start_front(
+        start_api,
+        api_stack,
+        kind_options={"price": {"per_request": 1.0}},
+        tenants={"tenant-a": {"budget": {"amount": 2.5}}},
+    )
+    client = front.sdk()
+    for text in ("one", "two"):
+        await client.chat.completions.create(model="gpt-4o-mini", messages=_ask(text))
+    with pytest.raises(openai.APIStatusError) as refused:
+        await client.chat.completions.create(model="gpt-4o-mini", messages=_ask("three"))
+    assert refused.value.status_code == 402 and refused.value.code == "budget-exceeded"
+    line = {
+        "custom_id": "req-0",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"model": "gpt-4o-mini", "messages": _ask("four")},
+    }
+    uploaded = await client.files.create(
+        file=("one.jsonl", (json.dumps(line) + "\n").encode()), purpose="batch"
+    )
+    with pytest.raises(openai.APIStatusError) as batch_refused:
+        await client.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+    assert batch_refused.value.status_code == 402
+    assert len(front.fake.billed) == 2
+    other = front.sdk(key="key-b")  # another tenant has no budget
+    await other.chat.completions.create(model="gpt-4o-mini", messages=_ask("three"))
+    assert len(front.fake.billed) == 3

@@ -82,7 +82,13 @@ async def test_sync_success_returns_result_and_usage() -> None:
     # Without "tokens", about 4 characters of compact JSON per token.
     assert estimated.json()["usage"] == {"tokens": len('{"prompt":"abcd"}') // 4}
     assert polled.json() == body
-    assert charged == {"charges": {"anon-1": 1, "anon-2": 1}, "total": 2, "double_charged": []}
+    tokens = 42 + len('{"prompt":"abcd"}') // 4  # the usage each answer reported, billed
+    assert charged == {
+        "charges": {"anon-1": 1, "anon-2": 1},
+        "total": 2,
+        "tokens": tokens,
+        "double_charged": [],
+    }
 
 
 async def test_idempotent_replay_returns_the_same_job_and_is_charged_once() -> None:
@@ -96,7 +102,12 @@ async def test_idempotent_replay_returns_the_same_job_and_is_charged_once() -> N
     assert "idempotent-replayed" not in first.headers
     assert again.headers["idempotent-replayed"] == "true"
     assert again.json() == first.json()
-    assert charged == {"charges": {"img-1": 1}, "total": 1, "double_charged": []}
+    assert charged == {
+        "charges": {"img-1": 1},
+        "total": 1,
+        "tokens": first.json()["usage"]["tokens"],
+        "double_charged": [],
+    }
     assert sim.state.stats.replays == 1
     assert sim.state.stats.peak_concurrency == 1  # the replay did no work
 
@@ -133,7 +144,11 @@ async def test_provider_that_ignores_keys_shows_double_charges() -> None:
         lookup = await client.get("/jobs", params={"idempotency_key": "k"})
         charged = await ledger(client)
 
-    assert charged == {"charges": {"k": 2}, "total": 2, "double_charged": ["k"]}
+    assert (charged["charges"], charged["total"], charged["double_charged"]) == (
+        {"k": 2},
+        2,
+        ["k"],
+    )
     assert lookup.status_code == 404
 
 
@@ -363,7 +378,12 @@ async def test_async_job_is_accepted_then_polled_to_success() -> None:
     assert by_key.status_code == 200
     assert by_key.json() == done
     assert unknown_key.status_code == 404
-    assert charged == {"charges": {"video-1": 1}, "total": 1, "double_charged": []}
+    assert charged == {
+        "charges": {"video-1": 1},
+        "total": 1,
+        "tokens": done["usage"]["tokens"],
+        "double_charged": [],
+    }
     stats = sim.state.stats
     assert stats.jobs_submitted == 1
     assert stats.polls >= 1
@@ -502,7 +522,7 @@ async def test_reset_clears_ledger_and_stats() -> None:
         lookup = await client.get("/jobs", params={"idempotency_key": "k"})
 
     assert reset.status_code == 200
-    assert charged == {"charges": {}, "total": 0, "double_charged": []}
+    assert charged == {"charges": {}, "total": 0, "tokens": 0, "double_charged": []}
     assert stats["requests"] == 0
     assert stats["peak_concurrency"] == 0
     assert lookup.status_code == 404

@@ -230,6 +230,33 @@ async def test_invalid_output_three_times_is_poison_and_the_fallback_runs(db_url
     assert bad_sim.state.ledger.total == 1
 
 
+async def test_a_fallback_past_the_tenant_s_budget_is_not_submitted_and_work_goes_on(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad = SimulatorConfig(latency_ms=5, malformed_rate=1.0, seed=1)
+    async with running_simulator(bad) as sim:
+        kinds = {
+            "strict": {
+                "adapter": "simulated",
+                "url": sim.url,
+                "output_schema": SCHEMA,
+                "fallback": "backup",
+            },
+            "backup": {"adapter": "simulated", "url": sim.url, "price": {"per_request": 1.0}},
+        }
+        fw = Floodway(
+            settings=Settings(database=db_url, kinds=kinds, tenants={"budget": {"amount": 0.5}}),
+            policy=RetryPolicy(backoff=Backoff(base_s=0.02, cap_s=0.1)),
+        )
+        async with fw, fw.worker(concurrency=2):
+            first = await fw.wait((await fw.submit("strict", {"n": 1})).id, timeout=30)
+            second = await fw.wait((await fw.submit("strict", {"n": 2})).id, timeout=30)
+        await aclose_kinds(fw.kinds)
+    assert first.status is second.status is Status.FAILED  # the worker went on after the first
+    assert "fallback of " + first.id + " not submitted" in caplog.text
+    assert "budget" in caplog.text
+
+
 async def test_invalid_output_of_an_async_job_is_poison_too(db_url: str) -> None:
     bad = SimulatorConfig(async_jobs=True, job_duration_ms=50, malformed_rate=1.0, seed=1)
     async with running_simulator(bad) as sim:

@@ -12,9 +12,12 @@ from pydantic import BaseModel
 
 from floodway.config import (
     ApiConfig,
+    BudgetConfig,
     CallbacksConfig,
     KindConfig,
     KindOptions,
+    NamedTenantConfig,
+    PriceConfig,
     ResourceConfig,
     RetentionConfig,
     Settings,
@@ -34,7 +37,10 @@ MODELS: tuple[type[BaseModel], ...] = (
     RetentionConfig,
     CallbacksConfig,
     TenantConfig,
+    NamedTenantConfig,
+    BudgetConfig,
     ResourceConfig,
+    PriceConfig,
     KindConfig,
     KindOptions,
 )

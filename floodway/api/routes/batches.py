@@ -34,7 +34,7 @@ State = Annotated[ApiState, Depends(api_state)]
     dependencies=[JSON_BODY],
     responses={
         200: {"model": BatchOut, "description": "Idempotency-Key replay: the same batch"},
-        **problems(401, 409, 415, 422, 429),
+        **problems(401, 402, 409, 415, 422, 429),
     },
 )
 async def submit_batch(

@@ -17,6 +17,7 @@ from floodway.api.openapi import problems
 from floodway.api.problems import ApiProblem
 from floodway.api.schemas import (
     HealthOut,
+    SpendTotalOut,
     StatsHistoryOut,
     StatsOut,
     StatsSample,
@@ -24,6 +25,7 @@ from floodway.api.schemas import (
 )
 from floodway.api.state import ApiState, api_state
 from floodway.api.stats import Timing
+from floodway.store.base import SpendQuery, SpendReport
 from floodway.version import __version__
 from floodway.wire import timestamp
 
@@ -72,6 +74,20 @@ async def stats_snapshot(state: ApiState, tenant: str | None = None) -> StatsOut
         dead_letters=counts.by_status.get("dead", 0),
         resources=await resource_snapshot(fw.runtime) if tenant is None else {},
         upstream=fw.runtime.upstream.as_dict() if tenant is None else {},
+        spend=_spend_total(await fw.store.spend(SpendQuery(since=0.0, tenant=tenant))),
+    )
+
+
+def _spend_total(report: SpendReport) -> SpendTotalOut:
+    by_kind: dict[str, dict[str, float]] = {}
+    for line in report.lines:
+        kind = by_kind.setdefault(line.kind, {"cost": 0.0, "saved": 0.0})
+        kind["cost"] += line.cost
+        kind["saved"] += line.saved
+    return SpendTotalOut(
+        cost=sum(line.cost for line in report.lines),
+        saved=sum(line.saved for line in report.lines),
+        by_kind=by_kind,
     )
 
 
@@ -115,6 +131,7 @@ async def render_metrics(state: ApiState) -> Response:
     fw = state.fw
     body = state.metrics.render(
         await fw.store.stats(),
+        await fw.store.spend(SpendQuery(since=0.0)),
         await resource_snapshot(fw.runtime),
         await state.recent.window(fw.store),
         fw.runtime.upstream.as_dict(),

@@ -67,7 +67,7 @@ def decode_cursor(cursor: str) -> int:
     dependencies=[JSON_BODY],
     responses={
         200: {"model": SubmitOut, "description": "Idempotency-Key replay: the same task"},
-        **problems(401, 409, 415, 422, 429),
+        **problems(401, 402, 409, 415, 422, 429),
     },
 )
 async def submit(
@@ -149,7 +149,7 @@ async def cancel_task(task_id: str, tenant: Tenant, state: State) -> TaskOut:
     "/{task_id}/retry",
     response_model=TaskOut,
     summary="Retry a failed, dead or timed-out task",
-    responses=problems(401, 404, 409),
+    responses=problems(401, 402, 404, 409),
 )
 async def retry_task(task_id: str, tenant: Tenant, state: State) -> TaskOut:
     return task_out(await state.fw.retry(checked_id(task_id), tenant=tenant))

@@ -383,6 +383,98 @@ function renderResources(stats) {
   );
 }
 
+// -- spend ---------------------------------------------------------------------------------
+const SPEND_REFRESH_MS = 10000; // the spend ledger is re-read at most this often
+const SPEND_SUB = "last 24 h, at the configured prices";
+let spendReadAt = 0;
+let spendBusy = false;
+
+const money = new Intl.NumberFormat("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 4 });
+const fmtMoney = (v) => (Number.isFinite(v) ? money.format(v) : "—");
+
+/** Spent per hour over the window, one bar each (summed over tenants and kinds). */
+function renderSpendBars(view) {
+  const perBucket = new Map();
+  for (const p of view.series || []) {
+    const t = Date.parse(p.at);
+    perBucket.set(t, (perBucket.get(t) || 0) + p.cost);
+  }
+  const bucketMs = (view.bucket_s || 3600) * 1000;
+  const end = Math.floor(Date.now() / bucketMs) * bucketMs;
+  const starts = Array.from({ length: 24 }, (_, i) => end - (23 - i) * bucketMs);
+  const top = Math.max(0, ...starts.map((t) => perBucket.get(t) || 0));
+  const box = $("spend-bars");
+  box.replaceChildren(
+    ...starts.map((t) => {
+      const value = perBucket.get(t) || 0;
+      const bar = h("span", { cls: "spend-bar", title: `${fmtDate(new Date(t).toISOString())}: ${fmtMoney(value)}` });
+      bar.style.height = `${top > 0 ? Math.max(value > 0 ? 4 : 0, (100 * value) / top) : 0}%`;
+      bar.dataset.value = String(value);
+      return bar;
+    }),
+  );
+  box.setAttribute("aria-label", `Spend per hour over the last 24 h: at most ${fmtMoney(top)} an hour, ${fmtMoney(view.cost)} in all`);
+}
+
+function renderBudgets(budgets) {
+  $("budgets").replaceChildren(
+    ...(budgets || []).map((b) => {
+      const used = b.spent + b.held;
+      const row = meter(
+        `Budget of ${b.tenant}`,
+        used,
+        b.amount,
+        `${fmtMoney(b.left)} left of ${fmtMoney(b.amount)} (spent ${fmtMoney(b.spent)}, held ${fmtMoney(b.held)}) · resets ${fmtDate(b.resets_at)}`,
+      );
+      row.dataset.tenant = b.tenant;
+      return row;
+    }),
+  );
+}
+
+function renderSpend(view) {
+  $("spend-cost").textContent = fmtMoney(view.cost);
+  $("spend-cost").dataset.value = String(view.cost);
+  $("spend-saved").textContent = fmtMoney(view.saved);
+  $("spend-saved").dataset.value = String(view.saved);
+  const lines = view.lines || [];
+  $("spend-rows").replaceChildren(
+    ...lines.map((line) =>
+      h("tr", { attrs: { "data-tenant": line.tenant, "data-kind": line.kind } }, [
+        h("td", { text: line.tenant }),
+        h("td", { text: line.kind }),
+        h("td", { cls: "num", text: fmtMoney(line.cost) }),
+        h("td", { cls: "num", text: fmtMoney(line.saved) }),
+        h("td", { cls: "num", text: fmtInt(line.calls) }),
+        h("td", { cls: "num", text: fmtInt(line.deduped) }),
+      ]),
+    ),
+  );
+  $("spend-table").hidden = lines.length === 0;
+  $("spend-empty").hidden = lines.length > 0;
+  renderSpendBars(view);
+  renderBudgets(view.budgets);
+}
+
+/**
+ * The spend panel, read again every SPEND_REFRESH_MS beside the poll (never holding it up: the
+ * connection state follows /v1/stats alone). A failed read is shown and tried at the next poll.
+ */
+async function refreshSpend() {
+  if (spendBusy || Date.now() - spendReadAt < SPEND_REFRESH_MS) return;
+  spendBusy = true;
+  spendReadAt = Date.now();
+  try {
+    renderSpend(await getJson("v1/spend", { params: { since: "24h", bucket: "1h" } }));
+    $("spend-sub").textContent = SPEND_SUB;
+  } catch (error) {
+    spendReadAt = 0;
+    $("spend-sub").textContent = `spend unavailable: ${error.message}`;
+  } finally {
+    spendBusy = false;
+  }
+}
+
 // -- dead letters --------------------------------------------------------------------------
 let deadSeen = null; // stats.dead_letters when the list was last read
 let deadReadAt = 0;
@@ -706,6 +798,7 @@ async function pollOnce() {
   renderStates(stats);
   renderCharts(stats, sample);
   renderResources(stats);
+  refreshSpend(); // not awaited: it catches its own failures
   $("dead-count").textContent = fmtInt(stats.dead_letters ?? 0);
   $("dead-count").dataset.value = String(stats.dead_letters ?? 0);
   if (deadNeedsRefresh(stats)) {

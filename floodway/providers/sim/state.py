@@ -61,35 +61,44 @@ class Stats:
 
 
 class Ledger:
-    """What the provider billed, per idempotency key ("anon-<n>" for requests without one)."""
+    """What the provider billed, per idempotency key ("anon-<n>" for requests without one):
+    how many times, and the tokens billed (the usage each billed job reported)."""
 
     def __init__(self) -> None:
         self.charges: dict[str, int] = {}
+        self.tokens: dict[str, int] = {}
         self.total = 0
+        self.total_tokens = 0
         self._anonymous = 0
 
-    def charge(self, key: str | None) -> str:
+    def charge(self, key: str | None, tokens: int = 0) -> str:
         if key is None:
             self._anonymous += 1
             key = f"anon-{self._anonymous}"
         self.charges[key] = self.charges.get(key, 0) + 1
+        self.tokens[key] = self.tokens.get(key, 0) + tokens
         self.total += 1
+        self.total_tokens += tokens
         return key
 
-    def refund(self, key: str) -> None:
+    def refund(self, key: str, tokens: int = 0) -> None:
         remaining = self.charges.get(key, 0) - 1
         if remaining < 0:
             return
         if remaining:
             self.charges[key] = remaining
+            self.tokens[key] -= tokens
         else:
             del self.charges[key]
+            del self.tokens[key]
         self.total -= 1
+        self.total_tokens -= tokens
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "charges": dict(self.charges),
             "total": self.total,
+            "tokens": self.total_tokens,
             "double_charged": sorted(k for k, n in self.charges.items() if n > 1),
         }
 
@@ -243,9 +252,9 @@ class SimulatorState:
             return
         self._count(outcome)
         if job.status == "succeeded" and job.charged_as is None:
-            job.charged_as = self.ledger.charge(job.key)
+            job.charged_as = self.ledger.charge(job.key, job.tokens)
         elif job.status == "failed" and job.charged_as is not None:
-            self.ledger.refund(job.charged_as)
+            self.ledger.refund(job.charged_as, job.tokens)
             job.charged_as = None
 
     def abandon(self, job: Job) -> None:
@@ -256,7 +265,7 @@ class SimulatorState:
         """Accept an async job: billed now (the provider has started), ends after its duration
         with the outcome drawn on arrival."""
         self.stats.jobs_submitted += 1
-        job.charged_as = self.ledger.charge(job.key)
+        job.charged_as = self.ledger.charge(job.key, job.tokens)
         job.task = self._spawn(self._run_job(job, outcome))
 
     async def _run_job(self, job: Job, outcome: Fate) -> None:

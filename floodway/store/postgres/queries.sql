@@ -14,11 +14,11 @@
 
 -- name: insert_task
 INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
-                   idempotency_key, fingerprint, cost_estimated, created_at, updated_at,
-                   deadline_at, next_attempt_at, metadata, callback_url, batch_id)
+                   idempotency_key, fingerprint, cost_estimated, spend_hold, created_at,
+                   updated_at, deadline_at, next_attempt_at, metadata, callback_url, batch_id)
 VALUES (%(id)s, %(kind)s, 'queued', %(lane)s, %(lane_rank)s, %(tenant)s, %(input)s,
         %(max_attempts)s, %(idempotency_key)s::text, %(fingerprint)s::text, %(cost_estimated)s,
-        %(now)s, %(now)s, %(deadline_at)s::double precision, %(now)s, %(metadata)s,
+        %(spend_hold)s, %(now)s, %(now)s, %(deadline_at)s::double precision, %(now)s, %(metadata)s,
         %(callback_url)s::text, %(batch_id)s::text)
 RETURNING *;
 
@@ -32,13 +32,14 @@ WITH given AS (
     SELECT * FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
             id text, kind text, lane text, lane_rank integer, tenant text, input text,
             max_attempts integer, idempotency_key text, fingerprint text,
-            cost_estimated double precision, now double precision,
-            deadline_at double precision, metadata text, callback_url text, batch_id text,
-            request_hash text, key_expires_at double precision))
+            cost_estimated double precision, spend_hold double precision,
+            now double precision, deadline_at double precision, metadata text,
+            callback_url text, batch_id text, request_hash text,
+            key_expires_at double precision))
         WITH ORDINALITY AS g(id, kind, lane, lane_rank, tenant, input, max_attempts,
-                             idempotency_key, fingerprint, cost_estimated, now, deadline_at,
-                             metadata, callback_url, batch_id, request_hash, key_expires_at,
-                             ord)
+                             idempotency_key, fingerprint, cost_estimated, spend_hold, now,
+                             deadline_at, metadata, callback_url, batch_id, request_hash,
+                             key_expires_at, ord)
 ), keyed AS (
     INSERT INTO request_keys (tenant, key, task_id, request_hash, expires_at)
     SELECT tenant, idempotency_key, id, request_hash, key_expires_at FROM given
@@ -47,11 +48,12 @@ WITH given AS (
     RETURNING task_id
 ), inserted AS (
     INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
-                       idempotency_key, fingerprint, cost_estimated, created_at, updated_at,
-                       deadline_at, next_attempt_at, metadata, callback_url, batch_id)
+                       idempotency_key, fingerprint, cost_estimated, spend_hold, created_at,
+                       updated_at, deadline_at, next_attempt_at, metadata, callback_url,
+                       batch_id)
     SELECT id, kind, 'queued', lane, lane_rank, tenant, input, max_attempts, idempotency_key,
-           fingerprint, cost_estimated, now, now, deadline_at, now, metadata, callback_url,
-           batch_id
+           fingerprint, cost_estimated, spend_hold, now, now, deadline_at, now, metadata,
+           callback_url, batch_id
     FROM given
     WHERE idempotency_key IS NULL OR id IN (SELECT task_id FROM keyed)
     ORDER BY ord
@@ -523,6 +525,60 @@ WHERE name = %(name)s AND owner = %(dead)s;
 DELETE FROM leaders WHERE substr(owner, 1, length(%(prefix)s)) = %(prefix)s;
 
 -- -- reading ----------------------------------------------------------------------------------
+
+-- -- spend and budgets -----------------------------------------------------------------------
+
+-- Every check of one tenant's budget, and the inserts it allows, queue on this lock (until the
+-- transaction ends): fleet-wide, since every API process checks in the one ledger.
+-- name: lock_tenant_budget
+SELECT pg_advisory_xact_lock(1718382448, hashtext(%(tenant)s));
+
+-- What a tenant spent since a period began, and what its unfinished tasks may still cost,
+-- read in one statement (one snapshot: a task that ends between two reads would be in
+-- neither).
+-- name: budget_used
+SELECT (SELECT COALESCE(sum(cost), 0) FROM spend WHERE tenant = %(tenant)s AND at >= %(since)s)
+           AS spent,
+       (SELECT COALESCE(sum(spend_hold), 0) FROM tasks
+        WHERE tenant = %(tenant)s AND spend_hold > 0
+          AND status IN ('queued', 'running', 'retrying')) AS held;
+
+-- name: insert_spend
+INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images)
+SELECT t.id, t.tenant, t.kind, %(at)s, g.cost, g.input_tokens, g.output_tokens, g.images
+FROM json_to_recordset(%(rows)s::json) AS g(
+        task_id text, cost double precision, input_tokens double precision,
+        output_tokens double precision, images double precision)
+JOIN tasks t ON t.id = g.task_id;
+
+-- A deduped task saved what its source's work cost.
+-- name: insert_saved
+INSERT INTO spend (task_id, tenant, kind, at, saved)
+SELECT t.id, t.tenant, t.kind, %(at)s,
+       (SELECT COALESCE(sum(s.cost), 0) FROM spend s WHERE s.task_id = g.source)
+FROM json_to_recordset(%(rows)s::json) AS g(task_id text, source text)
+JOIN tasks t ON t.id = g.task_id;
+
+-- name: spend_totals
+SELECT tenant, kind, sum(cost) AS cost, sum(saved) AS saved,
+       sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
+       sum(images) AS images, count(*) FILTER (WHERE saved = 0) AS calls,
+       count(*) FILTER (WHERE saved <> 0) AS deduped
+FROM spend
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text) AND at >= %(since)s
+GROUP BY tenant, kind ORDER BY tenant, kind;
+
+-- name: spend_series
+SELECT floor(at / %(bucket)s) * %(bucket)s AS at, tenant, kind,
+       sum(cost) AS cost, sum(saved) AS saved
+FROM spend
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text) AND at >= %(since)s
+GROUP BY 1, tenant, kind ORDER BY 1, tenant, kind;
+
+-- name: purge_spend
+DELETE FROM spend WHERE at < %(before)s;
 
 -- name: stats
 SELECT kind, status, count(*) AS count FROM tasks

@@ -8,10 +8,10 @@
 
 -- name: insert_task
 INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
-                   idempotency_key, fingerprint, cost_estimated, created_at, updated_at,
-                   deadline_at, next_attempt_at, metadata, callback_url, batch_id)
+                   idempotency_key, fingerprint, cost_estimated, spend_hold, created_at,
+                   updated_at, deadline_at, next_attempt_at, metadata, callback_url, batch_id)
 VALUES (:id, :kind, 'queued', :lane, :lane_rank, :tenant, :input, :max_attempts,
-        :idempotency_key, :fingerprint, :cost_estimated, :now, :now,
+        :idempotency_key, :fingerprint, :cost_estimated, :spend_hold, :now, :now,
         :deadline_at, :now, :metadata, :callback_url, :batch_id)
 RETURNING *;
 
@@ -356,6 +356,57 @@ WHERE name = :name AND owner = :dead;
 DELETE FROM leaders WHERE substr(owner, 1, length(:prefix)) = :prefix;
 
 -- -- reading ----------------------------------------------------------------------------------
+
+-- -- spend and budgets -----------------------------------------------------------------------
+
+-- name: lock_tenant_budget
+SELECT :tenant;
+
+-- What a tenant spent since a period began, and what its unfinished tasks may still cost,
+-- read in one statement (one snapshot: a task that ends between two reads would be in
+-- neither).
+-- name: budget_used
+SELECT (SELECT COALESCE(sum(cost), 0) FROM spend WHERE tenant = :tenant AND at >= :since)
+           AS spent,
+       (SELECT COALESCE(sum(spend_hold), 0) FROM tasks
+        WHERE tenant = :tenant AND spend_hold > 0
+          AND status IN ('queued', 'running', 'retrying')) AS held;
+
+-- name: insert_spend
+INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images)
+SELECT t.id, t.tenant, t.kind, :at, json_extract(g.value, '$.cost'),
+       json_extract(g.value, '$.input_tokens'), json_extract(g.value, '$.output_tokens'),
+       json_extract(g.value, '$.images')
+FROM json_each(:rows) AS g JOIN tasks t ON t.id = json_extract(g.value, '$.task_id');
+
+-- A deduped task saved what its source's work cost.
+-- name: insert_saved
+INSERT INTO spend (task_id, tenant, kind, at, saved)
+SELECT t.id, t.tenant, t.kind, :at,
+       (SELECT COALESCE(sum(s.cost), 0) FROM spend s
+        WHERE s.task_id = json_extract(g.value, '$.source'))
+FROM json_each(:rows) AS g JOIN tasks t ON t.id = json_extract(g.value, '$.task_id');
+
+-- name: spend_totals
+SELECT tenant, kind, sum(cost) AS cost, sum(saved) AS saved,
+       sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
+       sum(images) AS images, sum(CASE WHEN saved = 0 THEN 1 ELSE 0 END) AS calls,
+       sum(CASE WHEN saved = 0 THEN 0 ELSE 1 END) AS deduped
+FROM spend
+WHERE (:tenant IS NULL OR tenant = :tenant) AND (:kind IS NULL OR kind = :kind)
+  AND at >= :since
+GROUP BY tenant, kind ORDER BY tenant, kind;
+
+-- name: spend_series
+SELECT CAST(at / :bucket AS INTEGER) * :bucket AS at, tenant, kind,
+       sum(cost) AS cost, sum(saved) AS saved
+FROM spend
+WHERE (:tenant IS NULL OR tenant = :tenant) AND (:kind IS NULL OR kind = :kind)
+  AND at >= :since
+GROUP BY 1, tenant, kind ORDER BY 1, tenant, kind;
+
+-- name: purge_spend
+DELETE FROM spend WHERE at < :before;
 
 -- name: stats
 SELECT kind, status, count(*) AS count FROM tasks
