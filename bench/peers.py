@@ -1,0 +1,243 @@
+"""T3: a cross-process drain at the defaults, floodway beside Dramatiq in the same run.
+
+    python -m bench.peers                         # every row, medians of 3
+    python -m bench.peers --only sqlite --runs 1  # one row: sqlite, pg-1, pg-4 or dramatiq
+
+Each row: another process submits 10,000 no-op tasks, exits, and then the queue's own worker
+process(es) drain them, started with no flags:
+
+* floodway: ``floodway worker --config peers.toml`` (one kind, ``adapter = "python"``, a no-op
+  handler; nothing else configured) on SQLite, and on PostgreSQL with 1 and 4 processes;
+* Dramatiq: ``dramatiq --processes 1 bench.peer_dramatiq`` (one process, its default 8
+  threads) on a private ``redis-server``.
+
+Both are measured the same way, from outside: this process counts what is left every 10 ms
+(floodway: succeeded rows in the ledger; Dramatiq: unacknowledged messages in Redis), and
+drained/s is the tasks done between the first count that shows progress and the count that
+shows none left, over that time (interpreter start-up and connecting are not counted, for
+either). ``with_startup_per_s`` counts from the worker's spawn. The machine may be loaded by
+other work: compare rows of one run, not runs of different days. Writes
+bench/results/peers-T3.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+
+from bench.common import median, write_result
+from bench.peer_dramatiq import PENDING_KEY
+from floodway import Floodway
+from harness.fleet import PG_URL, fresh_database, private_redis
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = ("sqlite", "pg-1", "pg-4", "dramatiq")
+POLL_S = 0.01
+SUBMIT_CONCURRENCY = 64
+CONFIG = """\
+database = "{database}"
+
+[kinds.noop]
+adapter = "python"
+handler = "bench.noop_app:noop"
+"""
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "FLOODWAY_LOG_LEVEL": "warning"}
+
+
+def _run_module(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", *args], env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def _submit(args: list[str], log: Path, env: dict[str, str]) -> None:
+    """Submit from a process of its own, as a real deployment's clients would."""
+    proc = _run_module(["bench.peers", "submit", *args], log, env)
+    if proc.wait(300) != 0:
+        raise SystemExit(f"submitting failed:\n{log.read_text(errors='replace')[-2000:]}")
+
+
+@contextmanager
+def _processes(procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def _drain(
+    procs: list[subprocess.Popen[bytes]], left: Callable[[], int], tasks: int, log: Path
+) -> dict[str, float]:
+    """Watch ``left()`` until it is 0: the drain rate between the first progress and the end."""
+    spawned = time.perf_counter()
+    first: tuple[float, int] | None = None
+    with _processes(procs):
+        while True:
+            now, remaining = time.perf_counter(), left()
+            if first is None and remaining < tasks:
+                first = (now, remaining)
+            if remaining == 0:
+                break
+            if any(p.poll() is not None for p in procs):
+                raise SystemExit(f"a worker exited:\n{log.read_text(errors='replace')[-2000:]}")
+            if now - spawned > 600:
+                raise SystemExit(f"not drained in 600 s ({remaining} left)")
+            time.sleep(POLL_S)
+    assert first is not None
+    return {
+        "drained_per_s": first[1] / max(now - first[0], POLL_S),
+        "with_startup_per_s": tasks / (now - spawned),
+    }
+
+
+def _floodway_row(database: str, workers: int, tasks: int, tmp: Path) -> dict[str, float]:
+    config = tmp / "peers.toml"
+    config.write_text(CONFIG.format(database=database))
+    log = tmp / "floodway.log"
+    env = _env()
+    _submit(["floodway", str(config), str(tasks)], log, env)
+    count = "SELECT count(*) FROM tasks WHERE status <> 'succeeded'"
+    window = "SELECT min(started_at), max(finished_at) FROM tasks"
+    if database.startswith("sqlite"):
+        conn: Any = sqlite3.connect(database.removeprefix("sqlite:///"))
+    else:
+        conn = psycopg.connect(database, autocommit=True)
+    try:
+
+        def left() -> int:
+            return int(conn.execute(count).fetchone()[0])
+
+        procs = [
+            _run_module(["floodway.cli", "worker", "--config", str(config)], log, env)
+            for _ in range(workers)
+        ]
+        figures = _drain(procs, left, tasks, log)
+        first_claim, last_finish = conn.execute(window).fetchone()
+        figures["ledger_drained_per_s"] = tasks / (last_finish - first_claim)
+        return figures
+    finally:
+        conn.close()
+
+
+async def _dramatiq_row(tasks: int, tmp: Path) -> dict[str, float]:
+    async with private_redis(tmp / "redis") as server:
+        env = {**_env(), "DRAMATIQ_REDIS": server.url}
+        log = tmp / "dramatiq.log"
+        _submit(["dramatiq", server.url, str(tasks)], log, env)
+        client = redis.Redis.from_url(server.url)
+        try:
+            worker = _run_module(["dramatiq", "--processes", "1", "bench.peer_dramatiq"], log, env)
+            return await asyncio.to_thread(
+                _drain, [worker], lambda: int(client.hlen(PENDING_KEY)), tasks, log
+            )
+        finally:
+            client.close()
+
+
+async def one_run(row: str, tasks: int, database: str) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        if row == "dramatiq":
+            return await _dramatiq_row(tasks, tmp)
+        if row == "sqlite":
+            return await asyncio.to_thread(
+                _floodway_row, f"sqlite:///{tmp}/peers.db", 1, tasks, tmp
+            )
+        async with fresh_database(database) as fresh:
+            workers = int(row.removeprefix("pg-"))
+            return await asyncio.to_thread(_floodway_row, fresh, workers, tasks, tmp)
+
+
+# -- the submitting process -------------------------------------------------------------------
+async def submit_floodway(config: str, tasks: int) -> None:
+    async with Floodway(config=config) as fw:
+        gate = asyncio.Semaphore(SUBMIT_CONCURRENCY)
+
+        async def one(n: int) -> None:
+            async with gate:
+                await fw.submit("noop", {"n": n})
+
+        await asyncio.gather(*[one(n) for n in range(tasks)])
+
+
+def submit_dramatiq(tasks: int) -> None:
+    from bench.peer_dramatiq import noop
+
+    for n in range(tasks):
+        noop.send(n)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command")
+    submit = sub.add_parser("submit", help="(internal) the submitting process")
+    submit.add_argument("queue", choices=("floodway", "dramatiq"))
+    submit.add_argument("target", help="floodway: the config file; dramatiq: the Redis URL")
+    submit.add_argument("tasks", type=int)
+    parser.add_argument("--tasks", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", choices=ROWS, action="append")
+    parser.add_argument("--database", default=PG_URL, help="PostgreSQL server for pg-N rows")
+    args = parser.parse_args()
+    if args.command == "submit":
+        if args.queue == "floodway":
+            asyncio.run(submit_floodway(args.target, args.tasks))
+        else:
+            submit_dramatiq(args.tasks)
+        return
+    rows = args.only or list(ROWS)
+    runs: dict[str, list[dict[str, float]]] = {row: [] for row in rows}
+    started = time.strftime("%H:%M:%S")
+    for i in range(args.runs):  # rows interleaved: each run sees the machine as the others do
+        for row in rows:
+            runs[row].append(asyncio.run(one_run(row, args.tasks, args.database)))
+            print(f"run {i + 1} {row:9} drained {runs[row][-1]['drained_per_s']:,.0f}/s")
+    results: dict[str, Any] = {}
+    for row, figures in runs.items():
+        results[row] = {
+            key: median([r[key] for r in figures]) for key in figures[0] if key != "runs"
+        } | {"runs": figures}
+    write_result(
+        "peers-T3",
+        {
+            "scenario": "T3",
+            "tasks": args.tasks,
+            "window": f"{started}-{time.strftime('%H:%M:%S')}",
+            "rows": results,
+        },
+    )
+    print(f"\n{'row':10}{'drained/s':>12}{'with start-up/s':>18}")
+    for row, figures in results.items():
+        print(f"{row:10}{figures['drained_per_s']:>12,.0f}{figures['with_startup_per_s']:>18,.0f}")
+    if "dramatiq" in results:
+        base = results["dramatiq"]["drained_per_s"]
+        for row in results.keys() - {"dramatiq"}:
+            print(f"{row}: {results[row]['drained_per_s'] / base:.2f}x Dramatiq")
+
+
+if __name__ == "__main__":
+    main()
