@@ -17,7 +17,10 @@ process:
   the median.
 
 The load generator runs on the same machine as the server (and its workers): they share its
-cores. Writes bench/results/http-H1.json.
+cores. So each run also reports the CPU time per single submit of the server process
+(``server_cpu_ms``, from /proc, workers included for ``serve``) and of this process, the
+clients (``client_cpu_ms``): figures that other load on the machine does not change much, where
+submits/s and latencies follow it. Writes bench/results/http-H1.json.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -50,8 +54,17 @@ handler = "bench.noop_app:noop"
 """
 
 
+def cpu_s(pid: int | None = None) -> float:
+    """User + system CPU seconds of a process (this one by default)."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @asynccontextmanager
-async def server(command: str, database: str, tmp: Path) -> AsyncIterator[str]:
+async def server(command: str, database: str, tmp: Path) -> AsyncIterator[tuple[str, int]]:
     config = tmp / "http.toml"
     config.write_text(CONFIG.format(database=database))
     port = free_port()
@@ -76,7 +89,7 @@ async def server(command: str, database: str, tmp: Path) -> AsyncIterator[str]:
                 await asyncio.sleep(0.05)
             else:
                 raise SystemExit(f"{command} not ready in 30 s")
-        yield base
+        yield base, proc.pid
     finally:
         proc.terminate()
         try:
@@ -86,7 +99,7 @@ async def server(command: str, database: str, tmp: Path) -> AsyncIterator[str]:
             proc.wait()
 
 
-async def singles(base: str, total: int, clients: int) -> dict[str, float]:
+async def singles(base: str, pid: int, total: int, clients: int) -> dict[str, float]:
     latencies: list[float] = []
     counter = iter(range(10**9))
     start = asyncio.Event()
@@ -110,14 +123,17 @@ async def singles(base: str, total: int, clients: int) -> dict[str, float]:
     ready = [asyncio.get_running_loop().create_future() for _ in range(clients)]
     jobs = [asyncio.create_task(one_client(r)) for r in ready]
     await asyncio.gather(*ready)
-    t0 = time.perf_counter()
+    server0, client0, t0 = cpu_s(pid), cpu_s(), time.perf_counter()
     start.set()
     await asyncio.gather(*jobs)
     elapsed = time.perf_counter() - t0
+    n = len(latencies)
     return {
-        "submits_per_s": len(latencies) / elapsed,
+        "submits_per_s": n / elapsed,
         "p50_ms": 1000 * percentile(latencies, 50),
         "p99_ms": 1000 * percentile(latencies, 99),
+        "server_cpu_ms": 1000 * (cpu_s(pid) - server0) / n,
+        "client_cpu_ms": 1000 * (cpu_s() - client0) / n,
     }
 
 
@@ -138,14 +154,14 @@ async def one_run(row: str, database: str, args: argparse.Namespace) -> dict[str
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         if row == "serve-sqlite":
-            async with server("serve", f"sqlite:///{tmp}/http.db", tmp) as base:
-                return await _load(base, args)
-        async with fresh_database(database) as fresh, server("api", fresh, tmp) as base:
-            return await _load(base, args)
+            async with server("serve", f"sqlite:///{tmp}/http.db", tmp) as (base, pid):
+                return await _load(base, pid, args)
+        async with fresh_database(database) as fresh, server("api", fresh, tmp) as (base, pid):
+            return await _load(base, pid, args)
 
 
-async def _load(base: str, args: argparse.Namespace) -> dict[str, float]:
-    figures = await singles(base, args.submits, args.clients)
+async def _load(base: str, pid: int, args: argparse.Namespace) -> dict[str, float]:
+    figures = await singles(base, pid, args.submits, args.clients)
     figures.update(await batches(base, args.batch_size, args.batches))
     return figures
 
@@ -170,7 +186,8 @@ def main() -> None:
             print(
                 f"run {i + 1} {row:13} {figures['submits_per_s']:6,.0f} submits/s "
                 f"p50 {figures['p50_ms']:5.1f} ms p99 {figures['p99_ms']:6.1f} ms, "
-                f"batches {figures['batch_tasks_per_s']:7,.0f} tasks/s"
+                f"batches {figures['batch_tasks_per_s']:7,.0f} tasks/s; CPU per submit: server "
+                f"{figures['server_cpu_ms']:.2f} ms, clients {figures['client_cpu_ms']:.2f} ms"
             )
     results: dict[str, Any] = {
         row: {key: median([r[key] for r in figures]) for key in figures[0]} | {"runs": figures}
@@ -191,7 +208,8 @@ def main() -> None:
     for row, f in results.items():
         print(
             f"{row:13} {f['submits_per_s']:6,.0f} submits/s  p50 {f['p50_ms']:5.1f} ms  "
-            f"p99 {f['p99_ms']:6.1f} ms  batches {f['batch_tasks_per_s']:7,.0f} tasks/s"
+            f"p99 {f['p99_ms']:6.1f} ms  batches {f['batch_tasks_per_s']:7,.0f} tasks/s  "
+            f"CPU/submit server {f['server_cpu_ms']:.2f} ms, clients {f['client_cpu_ms']:.2f} ms"
         )
 
 
