@@ -146,8 +146,8 @@ def read_peers(path: Path, data: Data) -> list[Row]:
                 "T3",
                 f"{data['tasks']:,} no-op tasks submitted by another process, drained at the "
                 f"defaults by {setup}",
-                f"drained/s {fmt(drained)} (from spawn {fmt(found[name]['with_startup_per_s'])}); "
-                f"Dramatiq, same run: {fmt(dramatiq)} ({fmt(drained / dramatiq)}x); "
+                f"drained/s {fmt(drained)}; Dramatiq, same run: {fmt(dramatiq)} "
+                f"({fmt(drained / dramatiq)}x); "
                 f"runs {len(found[name]['runs'])}",
                 f">= {T3_TIMES_DRAMATIQ:g}x Dramatiq's drain in the same run",
                 drained >= T3_TIMES_DRAMATIQ * dramatiq,

@@ -1,12 +1,15 @@
-"""Smoke run of the quota benchmarks at their quick size: the real engine against the
-simulator over HTTP. Only counts and invariants are checked, never timings (a shared,
-noisy machine would make any time threshold flaky)."""
+"""Smoke runs of the benchmarks at small sizes: the real engine against the simulator over
+HTTP, real worker and server processes. Only counts and invariants are checked, never
+timings (a shared, noisy machine would make any time threshold flaky)."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
-from bench import quota
+from bench import http_load, peers, quota
+from harness.fleet import PG_URL
 
 pytestmark = pytest.mark.slow
 
@@ -47,3 +50,20 @@ async def test_q8_quick_spontaneous_429s_are_noise_at_a_configured_cap() -> None
     assert figures["throttles_limit"] == 0 and figures["pauses"] == 0
     assert figures["throttles_noise"] == figures["rate_limited_429"]
     assert figures["learned_concurrency"] == 10, "the configured cap is never lowered by noise"
+
+
+async def test_peers_drains_every_task_on_both_queues() -> None:
+    """T3 at a small size: a default floodway worker process and a default Dramatiq process
+    each drain what another process submitted (a queue that lost a task never ends)."""
+    floodway = await peers.one_run("sqlite", 200, PG_URL)
+    assert floodway["drained_per_s"] > 0 and floodway["ledger_drained_per_s"] > 0
+    assert (await peers.one_run("dramatiq", 200, PG_URL))["drained_per_s"] > 0
+
+
+async def test_http_load_every_submit_is_accepted() -> None:
+    """H1 at a small size against a real `floodway serve`: every single submit and every
+    batch is answered 202 (the load stops with the answer otherwise)."""
+    args = argparse.Namespace(submits=100, clients=10, batch_size=50, batches=2)
+    figures = await http_load.one_run("serve-sqlite", PG_URL, args)
+    assert figures["p50_ms"] <= figures["p99_ms"]
+    assert figures["server_cpu_ms"] > 0 and figures["batch_tasks_per_s"] > 0
