@@ -1,6 +1,7 @@
 """SQLite picks its indexes without statistics (no ANALYZE): the statements that look tasks up
 by id, by the work they wait on or by deadline must not walk the status index, which lists
-every queued task. One such walk per completion made a drain quadratic in the queue's size."""
+every queued task. One such walk per completion made a drain quadratic in the queue's size.
+And commits do not copy the WAL back into the database inline: a checkpointer does."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from floodway import Floodway
-from floodway.store.sqlite.store import Q
+from floodway.store.sqlite.store import Q, SqliteStore
 
 #: each statement and the index it must search
 BY_INDEX = {
@@ -43,3 +44,26 @@ def test_statement_searches_its_own_index_not_the_status_one(ledger: Path, name:
     assert f"SEARCH tasks USING INDEX {BY_INDEX[name]}" in plan or (
         f"SEARCH w USING INDEX {BY_INDEX[name]}" in plan
     ), plan
+
+
+async def test_commits_leave_the_wal_to_the_checkpointer(tmp_path: Path) -> None:
+    """The writer never checkpoints inline; the store's own checkpointer copies the WAL."""
+    path = tmp_path / "wal.db"
+    fw = Floodway(database=f"sqlite:///{path}")
+
+    @fw.kind("k", dedupe=False)
+    async def handler(ctx: object, value: dict[str, int]) -> None:
+        return None
+
+    async with fw:
+        await fw.submit_many("k", [{"n": n} for n in range(2000)])
+        store = fw.runtime.store
+        assert isinstance(store, SqliteStore) and store.checkpointer is not None
+        busy, frames, copied = store.checkpointer.checkpoint()
+        assert busy == 0 and frames > 0 and copied == frames
+        conn = store.connect()  # set up as the store's own connections are
+        try:
+            assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+            assert conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 2000
+        finally:
+            conn.close()
