@@ -16,8 +16,8 @@ started with no flags, drain them:
   threads) on a private ``redis-server``, started once the 10,000 messages are enqueued (it
   enqueues one message at a time: a worker already running would drain beside the enqueue).
 
-Both are measured the same way, from outside: this process counts what is left every 10 ms
-(floodway: rows not succeeded in the ledger; Dramatiq: unacknowledged messages in Redis), and
+Both are measured the same way, from outside: this process counts what is done every 10 ms
+(floodway: rows succeeded in the ledger; Dramatiq: messages acknowledged in Redis), and
 drained/s is the tasks done between the first count that shows progress and the count that
 shows none left, over that time (so neither includes a start-up). floodway's
 ``ledger_drained_per_s`` is the same on the ledger's own clock (first claim to last finish).
@@ -71,9 +71,12 @@ def _run_module(args: list[str], log: Path, env: dict[str, str]) -> subprocess.P
         )
 
 
-def _submit(args: list[str], log: Path, env: dict[str, str]) -> None:
+def _submit(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """Submit from a process of its own, as a real deployment's clients would."""
-    proc = _run_module(["bench.peers", "submit", *args], log, env)
+    return _run_module(["bench.peers", "submit", *args], log, env)
+
+
+def _submitted(proc: subprocess.Popen[bytes], log: Path) -> None:
     if proc.wait(300) != 0:
         raise SystemExit(f"submitting failed:\n{log.read_text(errors='replace')[-2000:]}")
 
@@ -94,15 +97,16 @@ def _processes(procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
 
 
 def _drain(
-    procs: list[subprocess.Popen[bytes]], left: Callable[[], int], tasks: int, log: Path
+    procs: list[subprocess.Popen[bytes]], done: Callable[[], int], tasks: int, log: Path
 ) -> dict[str, float]:
-    """Watch ``left()`` until it is 0: the drain rate from the first count that shows progress
-    (what was left then) to the end."""
+    """Watch ``done()`` until it is ``tasks``: the drain rate from the first count that shows
+    progress (what was left then) to the end."""
     began = time.perf_counter()
     first: tuple[float, int] | None = None
     while True:
-        now, remaining = time.perf_counter(), left()
-        if first is None and remaining < tasks:
+        now, finished = time.perf_counter(), done()
+        remaining = tasks - finished
+        if first is None and finished > 0:
             first = (now, remaining)
         if remaining == 0:
             break
@@ -135,7 +139,7 @@ def _floodway_row(database: str, workers: int, tasks: int, tmp: Path) -> dict[st
     procs = [
         _run_module(["floodway.cli", "worker", "--config", str(config)], log, env) for log in logs
     ]
-    count = "SELECT count(*) FROM tasks WHERE status <> 'succeeded'"
+    count = "SELECT count(*) FROM tasks WHERE status = 'succeeded'"
     window = "SELECT min(started_at), max(finished_at) FROM tasks"
     with _processes(procs):
         _until_up(procs, logs)  # the ledger exists and is migrated from here on
@@ -144,8 +148,10 @@ def _floodway_row(database: str, workers: int, tasks: int, tmp: Path) -> dict[st
         else:
             conn = psycopg.connect(database, autocommit=True)
         try:
-            _submit(["floodway", str(config), str(tasks)], tmp / "submit.log", env)
+            # Watched from before the batch lands, not from when its process has exited.
+            submit = _submit(["floodway", str(config), str(tasks)], tmp / "submit.log", env)
             figures = _drain(procs, lambda: int(conn.execute(count).fetchone()[0]), tasks, logs[0])
+            _submitted(submit, tmp / "submit.log")
             first_claim, last_finish = conn.execute(window).fetchone()
             figures["ledger_drained_per_s"] = tasks / (last_finish - first_claim)
             return figures
@@ -157,13 +163,13 @@ async def _dramatiq_row(tasks: int, tmp: Path) -> dict[str, float]:
     async with private_redis(tmp / "redis") as server:
         env = {**_env(), "DRAMATIQ_REDIS": server.url}
         log = tmp / "dramatiq.log"
-        _submit(["dramatiq", server.url, str(tasks)], log, env)
+        _submitted(_submit(["dramatiq", server.url, str(tasks)], log, env), log)
         client = redis.Redis.from_url(server.url)
         worker = _run_module(["dramatiq", "--processes", "1", "bench.peer_dramatiq"], log, env)
         try:
             with _processes([worker]):
                 return await asyncio.to_thread(
-                    _drain, [worker], lambda: int(client.hlen(PENDING_KEY)), tasks, log
+                    _drain, [worker], lambda: tasks - int(client.hlen(PENDING_KEY)), tasks, log
                 )
         finally:
             client.close()

@@ -55,9 +55,9 @@ async def test_q8_quick_spontaneous_429s_are_noise_at_a_configured_cap() -> None
 async def test_peers_drains_every_task_on_both_queues() -> None:
     """T3 at a small size: a default floodway worker process and a default Dramatiq process
     each drain what another process submitted (a queue that lost a task never ends)."""
-    floodway = await peers.one_run("sqlite", 200, PG_URL)
+    floodway = await peers.one_run("sqlite", 1000, PG_URL)
     assert floodway["drained_per_s"] > 0 and floodway["ledger_drained_per_s"] > 0
-    assert (await peers.one_run("dramatiq", 200, PG_URL))["drained_per_s"] > 0
+    assert (await peers.one_run("dramatiq", 1000, PG_URL))["drained_per_s"] > 0
 
 
 async def test_http_load_every_submit_is_accepted() -> None:
