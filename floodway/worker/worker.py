@@ -5,7 +5,8 @@ dispatcher (claim loop) -> executor (one task -> outcome) -> retry policy (outco
 cancel requests; a lost lease fences the execution (its write would be refused anyway).
 
 Claiming and completing overlap: a slot is free again once its handler has returned, while
-the outcome is still being written (at most ``concurrency`` such writes wait at once). While
+the outcome is still being written (claims pause while more than ``concurrency`` outcomes
+wait to be written). While
 handlers return quickly and no limit applies, the dispatcher also claims ahead: up to
 ``claim_batch`` more tasks wait in this process for a slot (their leases renewed like the
 rest), claimed half a batch at a time, so a slot that frees starts the next task without a
@@ -226,7 +227,8 @@ class Worker:
 
     def _free(self) -> int:
         """How many tasks to claim now: free slots, plus the claim-ahead allowance, less what
-        already waits for a slot; never more than ``concurrency`` outcomes left to write."""
+        already waits for a slot; fewer while more than ``concurrency`` outcomes wait to be
+        written (the ledger is the bottleneck then: more claims would only queue behind)."""
         concurrency = self.options.concurrency
         waiting_or_running = len(self.running) - self._writing
         ahead = self.options.claim_batch if self._claims_ahead() else 0
