@@ -21,6 +21,9 @@ Both are measured the same way, from outside: this process counts what is done e
 drained/s is the tasks done between the first count that shows progress and the count that
 shows none left, over that time (so neither includes a start-up). floodway's
 ``ledger_drained_per_s`` is the same on the ledger's own clock (first claim to last finish).
+Once drained, this process submits 20 more, one every 100 ms, to the idle workers:
+``pickup_p50_ms`` and ``pickup_max_ms`` are how long one waited to start (``started_at -
+created_at``: another process's submit reaching a waiting worker).
 The machine may be loaded by other work: compare rows of one run, not runs of different days.
 Writes bench/results/peers-T3.json.
 """
@@ -51,6 +54,7 @@ from harness.fleet import PG_URL, fresh_database, private_redis
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ("sqlite", "pg-1", "pg-4", "dramatiq")
 POLL_S = 0.01
+PICKUPS = 20
 CONFIG = """\
 database = "{database}"
 
@@ -154,9 +158,23 @@ def _floodway_row(database: str, workers: int, tasks: int, tmp: Path) -> dict[st
             _submitted(submit, tmp / "submit.log")
             first_claim, last_finish = conn.execute(window).fetchone()
             figures["ledger_drained_per_s"] = tasks / (last_finish - first_claim)
+            waits = asyncio.run(_pickups(config))
+            figures["pickup_p50_ms"] = 1000 * median(waits)
+            figures["pickup_max_ms"] = 1000 * max(waits)
             return figures
         finally:
             conn.close()
+
+
+async def _pickups(config: Path) -> list[float]:
+    """Single submits to idle workers: how long each waited to start."""
+    async with Floodway(config=str(config)) as fw:
+        ids = []
+        for n in range(PICKUPS):
+            ids.append((await fw.submit("noop", {"pickup": n})).id)
+            await asyncio.sleep(0.1)
+        done = [await fw.wait(task_id, timeout=30) for task_id in ids]
+    return [(t.started_at or t.created_at) - t.created_at for t in done]
 
 
 async def _dramatiq_row(tasks: int, tmp: Path) -> dict[str, float]:
@@ -241,9 +259,14 @@ def main() -> None:
             "rows": results,
         },
     )
-    print(f"\n{'row':10}{'drained/s':>12}")
+    print(f"\n{'row':10}{'drained/s':>12}{'pickup p50/max ms':>20}")
     for row, figures in results.items():
-        print(f"{row:10}{figures['drained_per_s']:>12,.0f}")
+        pickup = (
+            f"{figures['pickup_p50_ms']:.0f}/{figures['pickup_max_ms']:.0f}"
+            if "pickup_p50_ms" in figures
+            else ""
+        )
+        print(f"{row:10}{figures['drained_per_s']:>12,.0f}{pickup:>20}")
     if "dramatiq" in results:
         base = results["dramatiq"]["drained_per_s"]
         for row in results.keys() - {"dramatiq"}:

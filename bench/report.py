@@ -147,7 +147,9 @@ def read_peers(path: Path, data: Data) -> list[Row]:
                 f"{data['tasks']:,} no-op tasks submitted by another process, drained at the "
                 f"defaults by {setup}",
                 f"drained/s {fmt(drained)}; Dramatiq, same run: {fmt(dramatiq)} "
-                f"({fmt(drained / dramatiq)}x); "
+                f"({fmt(drained / dramatiq)}x); pickup by an idle worker p50/max "
+                f"{fmt(found[name].get('pickup_p50_ms', float('nan')))}/"
+                f"{fmt(found[name].get('pickup_max_ms', float('nan')))} ms; "
                 f"runs {len(found[name]['runs'])}",
                 f">= {T3_TIMES_DRAMATIQ:g}x Dramatiq's drain in the same run",
                 drained >= T3_TIMES_DRAMATIQ * dramatiq,
