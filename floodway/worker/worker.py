@@ -10,7 +10,9 @@ wait to be written). While
 handlers return quickly and no limit applies, the dispatcher also claims ahead: up to
 ``claim_batch`` more tasks wait in this process for a slot (their leases renewed like the
 rest), claimed half a batch at a time, so a slot that frees starts the next task without a
-round trip to the ledger. They are handed back, no attempt spent, on shutdown.
+round trip to the ledger. They are handed back, no attempt spent, on shutdown, or when no
+slot frees for them within ``ahead_wait_s`` (1 s, far within a lease: handlers turned slow,
+and another worker may be idle).
 """
 
 from __future__ import annotations
@@ -73,6 +75,9 @@ class WorkerOptions:
     grace_s: float = _DEFAULTS.grace
     claim_batch: int = _DEFAULTS.claim_batch
     idle_poll_s: float = 1.0
+    #: a task claimed ahead that finds no free slot this soon goes back to the queue (handlers
+    #: turned slow: another worker may be idle), and claiming ahead stops until one returns
+    ahead_wait_s: float = 1.0
     #: the lease owner's name; default: this process's identity on the ledger and a number
     owner: str | None = None
 
@@ -348,9 +353,10 @@ class Worker:
         runtime = self.runtime
         spec = runtime.kinds.get(run.task.kind)
         try:
-            async with self._slots:
-                if self._stopping.is_set() and not run.started:
-                    raise asyncio.CancelledError  # claimed ahead: stop() hands it back
+            if not await self._take_slot():
+                await self._hand_back(run)
+                return
+            try:
                 run.started = True
                 began = runtime.clock.now()
                 try:
@@ -361,19 +367,10 @@ class Worker:
                     log.exception("executor failed on %s", run.task.id)
                     outcome = Failed(ErrorInfo(ErrorClass.RETRYABLE, "internal", "executor failed"))
                 self._returned(runtime.clock.now() - began)
-        except asyncio.CancelledError:
-            # Torn down by stop(): hand the task back without spending an attempt.
-            item = Completion(
-                run.task.id,
-                Status.RETRYING,
-                Status.RUNNING,
-                run.task.lease_token,
-                error=None,
-                next_attempt_at=runtime.clock.now(),
-                refund_attempt=True,
-            )
-            self._writing += 1
-            await asyncio.shield(self._finish(run, item, Settlement()))
+            finally:
+                self._slots.release()
+        except asyncio.CancelledError:  # torn down by stop()
+            await self._hand_back(run)
             return
         if isinstance(outcome, Parked):  # an upstream job: wait on a durable timer, not here
             if spec.poll is not None:
@@ -394,6 +391,36 @@ class Worker:
             reason=f"{failed.error.type}: {failed.error.message}" if failed is not None else "",
         )
         await asyncio.shield(self._finish(run, item, settlement))
+
+    async def _take_slot(self) -> bool:
+        """A slot for the handler; False when the task should go back to the queue instead:
+        the worker is stopping, or (claimed ahead) no slot freed within ``ahead_wait_s``."""
+        try:
+            if self._slots.locked():  # only a task claimed ahead waits (wait_for costs a task)
+                await asyncio.wait_for(self._slots.acquire(), self.options.ahead_wait_s)
+            else:
+                await self._slots.acquire()
+        except TimeoutError:
+            self._duration_s = None  # handlers are slow now: no more claims ahead
+            return False
+        if self._stopping.is_set():
+            self._slots.release()
+            return False
+        return True
+
+    async def _hand_back(self, run: _Running) -> None:
+        """Back to the queue, no attempt spent: never started, or torn down by stop()."""
+        item = Completion(
+            run.task.id,
+            Status.RETRYING,
+            Status.RUNNING,
+            run.task.lease_token,
+            error=None,
+            next_attempt_at=self.runtime.clock.now(),
+            refund_attempt=True,
+        )
+        self._writing += 1
+        await asyncio.shield(self._finish(run, item, Settlement()))
 
     def _returned(self, duration_s: float) -> None:
         """A handler returned: its slot is free for the next task while its outcome is

@@ -42,8 +42,10 @@ async def _until(predicate: Any) -> None:
     raise AssertionError("not reached in 5 s")
 
 
-async def _run_ten(fw: Floodway, started: list[int]) -> Worker:
-    options = WorkerOptions(concurrency=CONCURRENCY, claim_batch=BATCH, grace_s=0.05)
+async def _run_ten(fw: Floodway, started: list[int], ahead_wait_s: float = 30.0) -> Worker:
+    options = WorkerOptions(
+        concurrency=CONCURRENCY, claim_batch=BATCH, grace_s=0.05, ahead_wait_s=ahead_wait_s
+    )
     worker = Worker(fw.runtime, options)
     await worker.start()
     first = await fw.submit("k", {"n": 0})
@@ -72,6 +74,28 @@ async def test_tasks_claimed_ahead_are_handed_back_unstarted_on_stop(fw: Floodwa
     tasks = await fw.list_tasks()
     assert {t.status for t in tasks if t.input["n"]} == {Status.QUEUED, Status.RETRYING}
     assert all(t.attempts == 0 for t in tasks if t.input["n"])  # none spent an attempt
+
+
+async def test_tasks_claimed_ahead_go_back_when_no_slot_frees_in_time(fw: Floodway) -> None:
+    """Handlers turned slow: what waits for a slot goes back to the queue, unstarted and with
+    no attempt spent, for any worker to take, and this one stops claiming ahead."""
+    started = _blocking_kind(fw)
+    await fw.open()
+    worker = await _run_ten(fw, started, ahead_wait_s=0.05)
+
+    async def handed_back() -> bool:
+        tasks = await fw.list_tasks()
+        return sum(t.status is Status.RETRYING for t in tasks) > 0 and (
+            await _running(fw) == CONCURRENCY
+        )
+
+    await _until(handed_back)
+    await asyncio.sleep(0.2)  # time for another claim ahead, were there one
+    assert await _running(fw) == CONCURRENCY
+    assert len(started) == 1 + CONCURRENCY
+    waiting = [t for t in await fw.list_tasks() if t.input["n"] and t.status is not Status.RUNNING]
+    assert waiting and all(t.attempts == 0 for t in waiting)
+    await worker.stop()
 
 
 async def test_a_limited_resource_is_never_claimed_ahead(db_url: str, clock: FakeClock) -> None:
