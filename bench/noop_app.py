@@ -40,3 +40,8 @@ def build(database: str | None = None, *, budgeted: bool | None = None) -> Flood
 
 
 fw = build() if os.environ.get("FLOODWAY_DATABASE") else None
+
+
+async def noop(ctx: Context, value: dict[str, Any]) -> None:
+    """The same no-op as a ``handler = "bench.noop_app:noop"`` for a kind in a config file."""
+    return None

@@ -10,7 +10,7 @@ configuration with the ``http`` adapter (as in ``floodway demo``), and an in-pro
 Figures are medians over the runs (counts that must be zero: the worst run) and go to
 ``bench/results/quota-<ID>.json``.
 
-The optimum is what the provider's quota allows (BENCH.md); each scenario's definition:
+The optimum is what the provider's quota allows; each scenario's definition:
 
 - Q1: optimum = provider busy time / cap, where busy time is the sum of the latencies the
   simulator actually served (successes and 5xx alike; a 429 is answered at once and costs

@@ -5,7 +5,8 @@
 
 Each benchmark writes its own shape of JSON; the readers below know the shapes in use
 (``bench.quota``/``bench.crash``: id, figures, floor, passed; ``bench.throughput``: T1;
-``bench.scale``: T2; ``bench.upstream``: U1) and fall back to a generic reading for others.
+``bench.peers``: T3; ``bench.http_load``: H1; ``bench.scale``: T2; ``bench.upstream``: U1) and
+fall back to a generic reading for others.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from bench.common import RESULTS
 
 ORDER = (
     "T1",
+    "T3",
+    "H1",
     "T2",
     "Q1",
     "Q2",
@@ -45,9 +48,19 @@ ORDER = (
 #: bench.fleet's runs of the learning scenarios: (makespan/optimum floor, share of 429s floor)
 FLEET_LEARNING = {"Q6": (1.15, 0.02), "Q7": (1.20, 0.05)}
 QUICK_SUFFIX = "-quick"
-# BENCH.md's reference points for T1: Dramatiq, the fastest Python queue measured there.
+#: T1's floors: Dramatiq's submit and drain rates on this machine's first measurement, the
+#: fastest of the Python queues compared then
 T1_DRAINED_PER_S = 2_100
 T1_SUBMITTED_PER_S = 5_500
+#: T3: floodway's drain at the defaults against Dramatiq's, measured in the same run
+T3_TIMES_DRAMATIQ = 2.0
+#: H1: single submits/s and their p99 (ms); tasks/s of a batch of 1,000
+H1_SUBMITS_PER_S, H1_P99_MS, H1_BATCH_TASKS_PER_S = 1_500, 100, 10_000
+T3_SETUPS = {
+    "sqlite": "1 `floodway worker`, SQLite",
+    "pg-1": "1 `floodway worker`, PostgreSQL",
+    "pg-4": "4 `floodway worker` processes, PostgreSQL",
+}
 
 Data = dict[str, Any]
 
@@ -124,6 +137,60 @@ def read_throughput(path: Path, data: Data) -> Row:
         path.name,
         _when(data),
     )
+
+
+def read_peers(path: Path, data: Data) -> list[Row]:
+    """bench.peers: each floodway setup against Dramatiq's drain in the same run."""
+    found = data["rows"]
+    dramatiq = found["dramatiq"]["drained_per_s"]
+    out = []
+    for name, setup in T3_SETUPS.items():
+        if name not in found:
+            continue
+        drained = found[name]["drained_per_s"]
+        out.append(
+            Row(
+                "T3",
+                f"{data['tasks']:,} no-op tasks submitted by another process, drained at the "
+                f"defaults by {setup}",
+                f"drained/s {fmt(drained)}; Dramatiq, same run: {fmt(dramatiq)} "
+                f"({fmt(drained / dramatiq)}x); pickup by an idle worker p50/max "
+                f"{fmt(found[name].get('pickup_p50_ms', float('nan')))}/"
+                f"{fmt(found[name].get('pickup_max_ms', float('nan')))} ms; "
+                f"runs {len(found[name]['runs'])}",
+                f">= {T3_TIMES_DRAMATIQ:g}x Dramatiq's drain in the same run",
+                drained >= T3_TIMES_DRAMATIQ * dramatiq,
+                path.name,
+                _when(data),
+            )
+        )
+    return out
+
+
+def read_http(path: Path, data: Data) -> list[Row]:
+    """bench.http_load: single submits from keep-alive clients, and batches."""
+    servers = {"serve-sqlite": "`floodway serve`, SQLite", "api-pg": "`floodway api`, PostgreSQL"}
+    out = []
+    for name, figures in data["rows"].items():
+        out.append(
+            Row(
+                "H1",
+                f"{data['submits']:,} single submits from {data['clients']} keep-alive httpx "
+                f"clients, and batches of {data['batch_size']:,}; {servers.get(name, name)}",
+                f"submits/s {fmt(figures['submits_per_s'])}, p50 {fmt(figures['p50_ms'])} ms, "
+                f"p99 {fmt(figures['p99_ms'])} ms; batches {fmt(figures['batch_tasks_per_s'])} "
+                f"tasks/s; CPU per submit: server {figures['server_cpu_ms']:.2f} ms, clients "
+                f"{figures['client_cpu_ms']:.2f} ms; runs {len(figures['runs'])}",
+                f">= {H1_SUBMITS_PER_S:,} submits/s, p99 <= {H1_P99_MS} ms; batches >= "
+                f"{H1_BATCH_TASKS_PER_S:,} tasks/s",
+                figures["submits_per_s"] >= H1_SUBMITS_PER_S
+                and figures["p99_ms"] <= H1_P99_MS
+                and figures["batch_tasks_per_s"] >= H1_BATCH_TASKS_PER_S,
+                path.name,
+                _when(data),
+            )
+        )
+    return out
 
 
 def read_scale(path: Path, data: Data) -> Row:
@@ -212,12 +279,16 @@ def read_generic(path: Path, data: Data) -> Row:
     )
 
 
-Reader = Callable[[Path, Data], Row]
+Reader = Callable[[Path, Data], Row | list[Row]]
 
 
 def reader_for(data: Data) -> Reader:
     if "id" in data and isinstance(data.get("figures"), dict):
         return read_own
+    if data.get("scenario") == "T3" and "rows" in data:
+        return read_peers
+    if data.get("scenario") == "H1" and "rows" in data:
+        return read_http
     if data.get("scenario") == "T1" and "drained_per_s" in data:
         return read_throughput
     if data.get("scenario") == "T2" and "p99_ratio_big_to_small" in data:
@@ -254,7 +325,8 @@ def rows(quick: bool = False) -> list[Row]:
     for path in result_files(quick):
         try:
             data = json.loads(path.read_text())
-            out.append(reader_for(data)(path, data))
+            read = reader_for(data)(path, data)
+            out.extend(read if isinstance(read, list) else [read])
         except (ValueError, KeyError, TypeError) as exc:
             out.append(Row(path.stem, "unreadable result", str(exc), "", False, path.name, ""))
     rank = {k: i for i, k in enumerate(ORDER)}
@@ -267,10 +339,10 @@ def render(quick: bool = False) -> str:
         "# Benchmark results",
         "",
         "Generated by `python -m bench.report` from `bench/results/*.json` (run everything with",
-        "`python -m bench.run_all`). Scenarios and floors: BENCH.md; how each optimum is defined:",
-        "the `definitions` field of each result file and the docstrings of `bench/quota.py` and",
-        "`bench/crash.py`. Figures are medians over runs; counts that must be zero are the worst",
-        "run." + (" Quick sizes where a scenario has one." if quick else ""),
+        "`python -m bench.run_all`). Each floor is in the table (and in `bench/report.py`); how",
+        "each optimum is defined: the `definitions` field of each result file and the docstrings",
+        "of `bench/quota.py` and `bench/crash.py`. Figures are medians over runs; counts that must",
+        "be zero are the worst run." + (" Quick sizes where a scenario has one." if quick else ""),
         "",
         "| id | scenario | figures | floor | result | file |",
         "|---|---|---|---|---|---|",

@@ -6,7 +6,9 @@
 Each benchmark runs as ``python -m bench.<module>`` in its own process, so one crash or stuck
 event loop does not take the others down; a failure is reported and the sweep goes on.
 Optional benchmarks (``bench/upstream.py``: U1/U2, ``bench/fleet.py``: F1/F2) run when their
-module exists. T1 on PostgreSQL runs when ``FLOODWAY_BENCH_POSTGRES`` holds a database URL.
+module exists. T1 on PostgreSQL runs when ``FLOODWAY_BENCH_POSTGRES`` holds a database URL; T3
+(``bench/peers.py``) and H1 (``bench/http_load.py``) use PostgreSQL at that URL, or at the
+tests' default (``FLOODWAY_TEST_PG_URL``, else postgresql://postgres@127.0.0.1:5432/test).
 
 ``--quick`` runs only the benchmarks that have a quick size of their own (a ``--quick`` flag):
 the others write their results under their full-size names, so a smoke sweep would overwrite
@@ -68,7 +70,10 @@ def steps() -> list[Step]:
                 ("--database", postgres, "--workers", "1", "--keyed"),
             )
         )
+    server = ("--database", postgres) if postgres else ()
     plan += [
+        Step("T3 (drain at the defaults, floodway beside Dramatiq)", "bench.peers", server),
+        Step("H1 (the HTTP front at the defaults)", "bench.http_load", server),
         Step("T2", "bench.scale"),
         Step("Q1-Q8, Q4b", "bench.quota"),
         Step("U1/U2", "bench.upstream"),

@@ -143,7 +143,15 @@ class Runtime:
             raise InvalidInput(
                 f"lane must be 'interactive' or 'background', not {request.lane!r}"
             ) from None
-        cost = spec.estimate(value)
+        try:
+            cost = spec.estimate(value)
+        except Exception as exc:
+            # A cost function is user code run on caller input (``len(inp["text"])``):
+            # whatever it raises on input it does not expect is the caller's error.
+            raise InvalidInput(
+                f"kind {request.kind!r} cannot estimate the cost of this input: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
         self.check_fits(spec.resource, cost)
         hold = self.pricing.hold(request.kind, spec.resource, cost)
         attempts = spec.max_attempts if request.max_attempts is None else request.max_attempts

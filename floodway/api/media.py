@@ -11,8 +11,12 @@ browser sends a form or ``text/plain`` POST to another origin without asking fir
 from __future__ import annotations
 
 import email.message
+import json
+from typing import Any
 
+import orjson
 from fastapi import Depends, Request
+from fastapi.responses import Response
 
 from floodway.api.problems import ApiProblem
 
@@ -21,6 +25,8 @@ def is_json_media_type(content_type: str | None) -> bool:
     """``application/json`` or ``application/<anything>+json`` (parameters ignored)."""
     if not content_type:
         return False
+    if content_type == "application/json":  # what nearly every client sends: no parsing
+        return True
     message = email.message.Message()
     message["content-type"] = content_type
     subtype = message.get_content_subtype()
@@ -45,3 +51,14 @@ async def require_json(request: Request) -> None:
 
 
 JSON_BODY = Depends(require_json)
+
+
+def json_response(body: Any, status_code: int = 200) -> Response:
+    """``body`` as JSON, encoded by orjson (several times faster than the standard library on
+    a task's answer). An integer beyond 64 bits, which orjson refuses and a client may have
+    sent in an input, takes the standard library's way."""
+    try:
+        content = orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        content = json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
+    return Response(content, status_code=status_code, media_type="application/json")

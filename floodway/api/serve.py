@@ -3,6 +3,7 @@ the caller's event loop (tests, embedding)."""
 
 from __future__ import annotations
 
+import logging
 import socket
 from contextlib import AbstractAsyncContextManager
 
@@ -23,6 +24,9 @@ def uvicorn_config(
         host=host,
         port=port,
         log_level=log_level,
+        # A line per request costs more than a submit itself; FLOODWAY_LOG_LEVEL=info or
+        # debug turns the access log on.
+        access_log=logging.getLogger("floodway").isEnabledFor(logging.INFO),
         lifespan="on",  # the app's lifespan opens the ledger: a failure must stop start-up
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         proxy_headers=False,

@@ -42,5 +42,6 @@ class ApiState:
         return self.fw.settings
 
 
-def api_state(request: Request) -> ApiState:
+async def api_state(request: Request) -> ApiState:
+    # async: FastAPI runs a plain ``def`` dependency in a thread, a hop on every request
     return cast(ApiState, request.app.state.api)

@@ -11,18 +11,16 @@ from floodway.api.schemas import SubmitIn
 from floodway.api.state import ApiState
 from floodway.app import Floodway
 from floodway.core.errors import AdmissionRefused, InvalidInput
-from floodway.core.task import SubmitRequest
+from floodway.core.task import NewTask, SubmitRequest
 from floodway.validation import check_input
 
 
-def precheck(fw: Floodway, item: SubmitIn) -> None:
-    """Raise UnknownKind / InvalidInput for what the engine would otherwise trip over.
-
-    A kind's cost function is user code run on caller input (``len(inp["text"])``): whatever it
-    raises on input it does not expect is the caller's error, not a 500.
-    """
-    spec = fw.runtime.kinds.get(item.kind)
-    check_input(item.input)
+def new_task(
+    fw: Floodway, item: SubmitIn, tenant: str, key: str | None, batch_id: str | None = None
+) -> NewTask:
+    """What the store inserts for one submitted item; raises UnknownKind / InvalidInput for
+    what the engine would otherwise trip over (the input and its cost are checked once, by
+    the runtime; here what only the API takes: a callback host, metadata)."""
     if item.callback_url is not None:
         check_callback_host(item.callback_url, fw.settings.api.callback_hosts)
     if item.metadata is not None:
@@ -30,13 +28,7 @@ def precheck(fw: Floodway, item: SubmitIn) -> None:
             check_input(item.metadata)
         except InvalidInput as exc:
             raise InvalidInput(f"metadata: {exc}") from None
-    try:
-        spec.estimate(item.input)
-    except Exception as exc:
-        raise InvalidInput(
-            f"kind {item.kind!r} cannot estimate the cost of this input: "
-            f"{type(exc).__name__}: {exc}"
-        ) from None
+    return fw.runtime.new_task(request_of(item, key), tenant=tenant, batch_id=batch_id)
 
 
 def check_callback_host(url: str, allowed: Sequence[str]) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
 from typing import Any
 
 from floodway.core.errors import (
@@ -64,7 +65,7 @@ class Submission:
     now: float
     batch_key: BatchKey | None = None
 
-    @property
+    @cached_property  # read for every task of the submit: a walk of them all each time
     def mergeable(self) -> bool:
         """May share one INSERT with other submits' tasks. A depth check counts under a
         per-tenant lock: it goes task by task."""

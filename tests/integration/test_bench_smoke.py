@@ -1,14 +1,16 @@
-"""Smoke run of the quota benchmarks at their quick size: the real engine against the
-simulator over HTTP. Only counts and invariants are checked, never timings (a shared,
-noisy machine would make any time threshold flaky)."""
+"""Smoke runs of the benchmarks at small sizes: the real engine against the simulator over
+HTTP, real worker and server processes. Only counts and invariants are checked, never
+timings (a shared, noisy machine would make any time threshold flaky)."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
-from bench import openai_front, quota
+from bench import http_load, openai_front, peers, quota
+from harness.fleet import PG_URL
 
 pytestmark = pytest.mark.slow
 
@@ -59,3 +61,20 @@ async def test_openai_front_quick_answers_each_request_once_within_the_cap(tmp_p
     (tmp_path / "o2").mkdir()
     waiting = await openai_front.o2_waiting(20, tmp_path / "o2")
     assert waiting["figures"]["answered_200"] == 20 and waiting["figures"]["client_429s"] == 0
+
+
+async def test_peers_drains_every_task_on_both_queues() -> None:
+    """T3 at a small size: a default floodway worker process and a default Dramatiq process
+    each drain what another process submitted (a queue that lost a task never ends)."""
+    floodway = await peers.one_run("sqlite", 1000, PG_URL)
+    assert floodway["drained_per_s"] > 0 and floodway["ledger_drained_per_s"] > 0
+    assert (await peers.one_run("dramatiq", 1000, PG_URL))["drained_per_s"] > 0
+
+
+async def test_http_load_every_submit_is_accepted() -> None:
+    """H1 at a small size against a real `floodway serve`: every single submit and every
+    batch is answered 202 (the load stops with the answer otherwise)."""
+    args = argparse.Namespace(submits=100, clients=10, batch_size=50, batches=2)
+    figures = await http_load.one_run("serve-sqlite", PG_URL, args)
+    assert figures["p50_ms"] <= figures["p99_ms"]
+    assert figures["server_cpu_ms"] > 0 and figures["batch_tasks_per_s"] > 0

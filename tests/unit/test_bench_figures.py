@@ -1,9 +1,13 @@
-"""The fleet benchmark's own arithmetic: where a makespan's excess over the optimum went."""
+"""The benchmarks' own arithmetic: where a fleet makespan's excess over the optimum went, and
+how the report judges the T3 and H1 rows."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from bench import report
 from bench.fleet import ProviderClock
 
 
@@ -25,3 +29,39 @@ def test_idle_parts_add_up_to_the_excess_over_the_optimum() -> None:
 
 def test_idle_parts_need_a_full_cap_of_requests() -> None:
     assert ProviderClock(started={"A": 0.1}, ended={"A": 1.0}).idle_s(cap=2, t0=0.0) == {}
+
+
+def test_t3_rows_judge_each_setup_against_dramatiq_in_the_same_run() -> None:
+    run = {"drained_per_s": 0.0, "runs": [{}]}
+    data = {
+        "scenario": "T3",
+        "tasks": 10_000,
+        "rows": {
+            "sqlite": {**run, "drained_per_s": 4_000.0},
+            "pg-1": {**run, "drained_per_s": 3_999.0},
+            "dramatiq": {**run, "drained_per_s": 2_000.0},
+        },
+    }
+    rows = report.read_peers(Path("peers-T3.json"), data)
+    assert [(r.id, r.passed) for r in rows] == [("T3", True), ("T3", False)]
+    assert "2x" in rows[0].figures and "PostgreSQL" in rows[1].scenario
+
+
+def test_h1_rows_need_rate_p99_and_batches_all_met() -> None:
+    met = {
+        "submits_per_s": 1_500.0,
+        "p50_ms": 20.0,
+        "p99_ms": 100.0,
+        "batch_tasks_per_s": 10_000.0,
+        "server_cpu_ms": 0.5,
+        "client_cpu_ms": 0.8,
+        "runs": [{}],
+    }
+    data = {
+        "scenario": "H1",
+        "submits": 2_000,
+        "clients": 50,
+        "batch_size": 1_000,
+        "rows": {"serve-sqlite": met, "api-pg": {**met, "p99_ms": 101.0}},
+    }
+    assert [r.passed for r in report.read_http(Path("http-H1.json"), data)] == [True, False]

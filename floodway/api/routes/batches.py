@@ -6,15 +6,15 @@ import re
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from floodway.api.auth import Tenant
-from floodway.api.media import JSON_BODY
+from floodway.api.media import JSON_BODY, json_response
 from floodway.api.openapi import problems
 from floodway.api.problems import ApiProblem
 from floodway.api.schemas import BatchIn, BatchOut, BatchStatus
 from floodway.api.state import ApiState, api_state
-from floodway.api.submission import admit_submit, precheck, request_of
+from floodway.api.submission import admit_submit, new_task, request_of
 from floodway.core.states import TERMINAL, Status
 from floodway.core.task import batch_hash, new_id
 from floodway.store.base import BatchKey
@@ -50,21 +50,19 @@ async def submit_batch(
             description="Replaying the same batch with this key returns the same tasks",
         ),
     ] = None,
-) -> JSONResponse:
+) -> Response:
     """All tasks land in one transaction, or none do. One batch is one request for the
     tenant's submit rate. With an Idempotency-Key the same batch again is the same batch (item
     ``i`` also gets the key ``<key>:<i>``); another list of tasks with it is a 409."""
     fw = state.fw
-    for item in body.tasks:
-        precheck(fw, item)
     now = fw.clock.now()
     batch_id = new_id(now, prefix="b")
-    requests = [
-        request_of(item, None if key is None else f"{key}:{i}") for i, item in enumerate(body.tasks)
-    ]
-    news = [fw.runtime.new_task(r, tenant=tenant, batch_id=batch_id) for r in requests]
+    keys = [None if key is None else f"{key}:{i}" for i in range(len(body.tasks))]
+    items = list(zip(body.tasks, keys, strict=True))
+    news = [new_task(fw, item, tenant, k, batch_id) for item, k in items]
     batch_key = None
     if key is not None:
+        requests = [request_of(item, k) for item, k in items]
         batch_key = BatchKey(key, batch_hash(requests), fw.settings.retention.keys)
     await admit_submit(state, tenant)
     submitted = await fw.store.submit(news, now, batch_key=batch_key)
@@ -72,7 +70,7 @@ async def submit_batch(
     if reused:
         batch_id = submitted[0].task.batch_id or batch_id
     out = BatchOut(id=batch_id, task_ids=[s.task.id for s in submitted], reused=reused)
-    return JSONResponse(out.model_dump(mode="json"), status_code=200 if reused else 202)
+    return json_response(out.model_dump(mode="json"), 200 if reused else 202)
 
 
 @router.get(

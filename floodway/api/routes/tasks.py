@@ -6,14 +6,14 @@ import re
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Header, Query
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from floodway.api.auth import Tenant
-from floodway.api.media import JSON_BODY
+from floodway.api.media import JSON_BODY, json_response
 from floodway.api.openapi import problems
 from floodway.api.schemas import SubmitIn, SubmitOut, TaskPage
 from floodway.api.state import ApiState, api_state
-from floodway.api.submission import admit_submit, precheck, request_of
+from floodway.api.submission import admit_submit, new_task
 from floodway.core.errors import InvalidInput, TaskNotFound
 from floodway.core.states import Status
 from floodway.core.task import Lane
@@ -72,15 +72,14 @@ def decode_cursor(cursor: str) -> int:
 )
 async def submit(
     body: SubmitIn, tenant: Tenant, state: State, key: IdempotencyKey = None
-) -> JSONResponse:
+) -> Response:
     """Queue a task and answer at once (202); never waits on the provider."""
     fw = state.fw
-    precheck(fw, body)
+    new = new_task(fw, body, tenant, key)
     await admit_submit(state, tenant)
-    submitted = await fw.submit_request(request_of(body, key), tenant=tenant)
-    return JSONResponse(
-        task_json(submitted.task, reused=submitted.reused),
-        status_code=200 if submitted.reused else 202,
+    (submitted,) = await fw.runtime.store.submit([new], fw.clock.now())
+    return json_response(
+        task_json(submitted.task, reused=submitted.reused), 200 if submitted.reused else 202
     )
 
 

@@ -99,11 +99,13 @@ UPDATE tasks SET waits_for = :waits_for, duplicate_of = :duplicate_of WHERE id =
 UPDATE tasks SET lane_rank = :lane_rank
 WHERE id = :id AND lane_rank > :lane_rank AND status IN ('queued', 'retrying');
 
+-- A task's waiters are found through tasks_waiters: the unary + keeps the planner off the
+-- status index, which (without ANALYZE) it prefers, and which lists every queued task.
 -- name: inherit_urgency
 UPDATE tasks SET lane_rank = (SELECT min(w.lane_rank) FROM tasks w
-                              WHERE w.waits_for = :id AND w.status = 'queued')
+                              WHERE w.waits_for = :id AND +w.status = 'queued')
 WHERE id = :id AND lane_rank > (SELECT min(w.lane_rank) FROM tasks w
-                                WHERE w.waits_for = :id AND w.status = 'queued');
+                                WHERE w.waits_for = :id AND +w.status = 'queued');
 
 -- The waiters of another tenant see the result, not whose task made it.
 -- name: resolve_waiters
@@ -113,15 +115,15 @@ UPDATE tasks SET status = 'deduped', waits_for = NULL, result = :result, finishe
                         THEN :owner END,
     callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
     callback_next_at = CASE WHEN callback_url IS NOT NULL THEN :now ELSE callback_next_at END
-WHERE waits_for = :owner AND status = 'queued'
+WHERE waits_for = :owner AND +status = 'queued'
 RETURNING id, tenant, duplicate_of;
 
 -- name: first_waiter
-SELECT id, tenant FROM tasks WHERE waits_for = :waits_for AND status = 'queued'
+SELECT id, tenant FROM tasks WHERE waits_for = :waits_for AND +status = 'queued'
 ORDER BY seq LIMIT 1;
 
 -- name: has_waiters
-SELECT id FROM tasks WHERE waits_for = :id AND status = 'queued' LIMIT 1;
+SELECT id FROM tasks WHERE waits_for = :id AND +status = 'queued' LIMIT 1;
 
 -- name: promote_waiter
 UPDATE tasks SET waits_for = NULL, duplicate_of = NULL, next_attempt_at = :now, updated_at = :now
@@ -131,7 +133,7 @@ WHERE id = :id;
 UPDATE tasks SET waits_for = :new_task_id,
     duplicate_of = CASE WHEN tenant = (SELECT h.tenant FROM tasks h WHERE h.id = :new_task_id)
                         THEN :new_task_id END
-WHERE waits_for = :waits_for AND status = 'queued';
+WHERE waits_for = :waits_for AND +status = 'queued';
 
 -- -- dispatch -------------------------------------------------------------------------------
 
@@ -175,7 +177,7 @@ UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = :own
     lease_token = :token, lease_expires_at = :expires_at, attempt_at = :now,
     started_at = COALESCE(started_at, :now), updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids))
-  AND status IN ('queued', 'retrying') AND waits_for IS NULL
+  AND +status IN ('queued', 'retrying') AND waits_for IS NULL  -- by id, not the status index
 RETURNING *;
 
 -- -- status writes and attempts -------------------------------------------------------------
@@ -314,7 +316,7 @@ WHERE lease_token IS NOT NULL AND lease_owner IS NULL AND lease_expires_at < :no
 ORDER BY lease_expires_at LIMIT :limit;
 
 -- name: past_deadline
-SELECT * FROM tasks
+SELECT * FROM tasks INDEXED BY tasks_deadlines  -- not the status index: every queued task
 WHERE status IN ('queued', 'running', 'retrying') AND deadline_at IS NOT NULL
   AND deadline_at < :now
 ORDER BY deadline_at LIMIT :limit;

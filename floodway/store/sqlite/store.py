@@ -1,10 +1,13 @@
 """The embedded ledger: one SQLite file in WAL mode, one writer thread, one reader thread.
 
 The writer thread runs the group commit (:mod:`floodway.store.group`) over every write that is
-waiting when a transaction starts; the rules run inside it, synchronously. A process's liveness
-is an advisory lock (``flock``) on a file of its own next to the ledger: the kernel releases it
-when the process dies, however it dies, so the sweeper knows a worker is dead at once instead
-of when its leases expire.
+waiting when a transaction starts; the rules run inside it, synchronously. It never copies the
+WAL back into the database itself (a checkpoint inline would hold every write behind it): a
+third thread does, every :data:`CHECKPOINT_EVERY_S`, without blocking writers or readers.
+
+A process's liveness is an advisory lock (``flock``) on a file of its own next to the ledger:
+the kernel releases it when the process dies, however it dies, so the sweeper knows a worker
+is dead at once instead of when its leases expire.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from floodway.store.drive import drive
 from floodway.store.group import Write, Written, commit_group
 from floodway.store.ledger import Ledger
 from floodway.store.queries import load_migrations, load_queries
-from floodway.store.sqlite.threads import ConnectionThread
+from floodway.store.sqlite.threads import Checkpointer, ConnectionThread
 from floodway.store.steps import Query, Step, Tx
 
 Q = load_queries("floodway.store.sqlite")
@@ -44,6 +47,7 @@ _TX = {
     Tx.ROLLBACK_TO: "ROLLBACK TO write",
 }
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+CHECKPOINT_EVERY_S = 1.0
 
 
 def sqlite_path(url: str) -> tuple[str, bool]:
@@ -66,18 +70,21 @@ class SqliteStore(Ledger):
         self._target, self._uri = sqlite_path(url)
         self._busy_ms = int(busy_timeout_s * 1000)
         self._writer: ConnectionThread[Write] = ConnectionThread(
-            self._connect, "floodway-sqlite-writer", _commit_writes, max_batch=512
+            self.connect, "floodway-sqlite-writer", _commit_writes, max_batch=512
         )
         self._reader: ConnectionThread[Query] = ConnectionThread(
-            self._connect, "floodway-sqlite-reader", _read_one
+            self.connect, "floodway-sqlite-reader", _read_one
         )
+        #: copies the WAL into the database (None: not open, or a memory database)
+        self.checkpointer: Checkpointer | None = None
         self._keepalive: sqlite3.Connection | None = None
         self._data_version = -1
         self._opened = False
         self._liveness: int | None = None  # the fd whose flock says this process lives
 
     # -- lifecycle -----------------------------------------------------------------------
-    def _connect(self) -> sqlite3.Connection:
+    def connect(self) -> sqlite3.Connection:
+        """A new connection to the ledger, set up as the store's own are."""
         if not self._uri:
             parent = Path(self._target).expanduser().resolve().parent
             if not parent.is_dir():
@@ -91,6 +98,7 @@ class SqliteStore(Ledger):
             if not self._uri:
                 _enable_wal(conn, self._busy_ms / 1000)
             conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA wal_autocheckpoint = 0")  # the Checkpointer's work
             conn.execute("PRAGMA temp_store = MEMORY")
             conn.execute("PRAGMA cache_size = -32000")
         except sqlite3.Error as exc:
@@ -101,17 +109,20 @@ class SqliteStore(Ledger):
         if self._opened:
             return
         if self._uri:  # a memory database lives while one connection holds it
-            self._keepalive = self._connect()
+            self._keepalive = self.connect()
         await asyncio.to_thread(self._migrate)
         await asyncio.to_thread(self._writer.start)
         await asyncio.to_thread(self._reader.start)
+        if not self._uri:
+            self.checkpointer = Checkpointer(self.connect, CHECKPOINT_EVERY_S)
+            await asyncio.to_thread(self.checkpointer.start)
         self._hold_liveness()
         self._opened = True
 
     def _migrate(self) -> None:
         """Apply the pending migrations in one write transaction (so processes opening the
         same new file together migrate it once)."""
-        conn = self._connect()
+        conn = self.connect()
         try:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(
@@ -141,6 +152,9 @@ class SqliteStore(Ledger):
         self._release_liveness()
         await asyncio.to_thread(self._writer.stop)
         await asyncio.to_thread(self._reader.stop)
+        checkpointer, self.checkpointer = self.checkpointer, None
+        if checkpointer is not None:
+            await asyncio.to_thread(checkpointer.stop)
         if self._keepalive is not None:
             self._keepalive.close()
 

@@ -110,3 +110,41 @@ def _settle(results: list[tuple[asyncio.Future[Any], Any, BaseException | None]]
             fut.set_exception(error)
         else:
             fut.set_result(result)
+
+
+class Checkpointer:
+    """Copies the WAL back into the database every ``every_s`` on a connection of its own
+    (``PRAGMA wal_checkpoint(PASSIVE)``: it waits for no reader or writer, and copies what no
+    reader still needs), so that no commit has to."""
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection], every_s: float) -> None:
+        self._connect = connect
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._conn: sqlite3.Connection | None = None
+        self._thread = threading.Thread(target=self._main, name="floodway-sqlite-checkpoint")
+        self._thread.daemon = True
+
+    def start(self) -> None:
+        self._conn = self._connect()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self._conn is not None:
+            self._conn.close()
+
+    def checkpoint(self) -> tuple[int, int, int]:
+        """One passive checkpoint: (busy, frames in the WAL, frames copied)."""
+        assert self._conn is not None, "started"
+        busy, frames, copied = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return int(busy), int(frames), int(copied)
+
+    def _main(self) -> None:
+        while not self._stop.wait(self._every_s):
+            try:
+                self.checkpoint()
+            except sqlite3.Error:  # busy or locked now: the next round copies it
+                continue
