@@ -115,6 +115,11 @@ class SpendTotalOut(BaseModel):
 
 
 class StatsOut(BaseModel):
+    tenant: str | None = Field(
+        None,
+        description="the tenant this view is of; null: every tenant's (an operator's view, "
+        "the only one that shows the shared resources' limits and the providers' state)",
+    )
     tasks: dict[str, int] = Field(
         description="tasks per status: the caller's tenant's (every tenant's for an operator)"
     )

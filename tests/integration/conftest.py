@@ -17,7 +17,14 @@ from fastapi import FastAPI
 
 from floodway import Floodway
 from floodway.api import create_app, serving
-from floodway.config import ApiConfig, CallbacksConfig, KindConfig, Settings, TenantConfig
+from floodway.config import (
+    ApiConfig,
+    CallbacksConfig,
+    KindConfig,
+    ResourceConfig,
+    Settings,
+    TenantConfig,
+)
 from floodway.testing import SimulatedProvider
 
 #: outbound webhooks retried fast, so tests wait on events, never on long sleeps
@@ -72,6 +79,7 @@ def start_api(tmp_path: Path, api_stack: AsyncExitStack) -> StartApi:
         tenants: dict[str, Any] | None = None,
         api: dict[str, Any] | None = None,
         kinds: dict[str, KindConfig] | None = None,
+        resources: dict[str, ResourceConfig] | None = None,
         handlers: dict[str, Any] | None = None,
         run_workers: bool = True,
         redis: str = "",
@@ -84,6 +92,7 @@ def start_api(tmp_path: Path, api_stack: AsyncExitStack) -> StartApi:
             api=ApiConfig(keys=keys or {}, **(api or {})),
             tenants=TenantConfig(**(tenants or {})),
             kinds=kinds or {},
+            resources=resources or {},
             redis=redis,
             callbacks=FAST_CALLBACKS,
         )

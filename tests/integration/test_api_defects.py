@@ -127,7 +127,9 @@ async def test_a_tenant_sees_its_own_statistics_and_an_operator_everyone_s(
     seen_by_b = (await b.get("/v1/stats")).json()
     assert seen_by_b["tasks"]["queued"] == 1 and seen_by_b["by_kind"] == {"sim": {"queued": 1}}
     assert seen_by_b["resources"] == {} and seen_by_b["upstream"] == {}
-    assert (await ops.get("/v1/stats")).json()["tasks"]["queued"] == 4
+    assert seen_by_b["tenant"] == "b"  # the dashboard says whose view it shows
+    seen_by_ops = (await ops.get("/v1/stats")).json()
+    assert seen_by_ops["tasks"]["queued"] == 4 and seen_by_ops["tenant"] is None
     assert (await b.get("/metrics")).status_code == 403
     metrics = await ops.get("/metrics")
     assert metrics.status_code == 200 and 'floodway_tasks{status="queued"} 4.0' in metrics.text

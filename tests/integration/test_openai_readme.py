@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from floodway.api import serving
-from floodway.config import KindConfig
+from floodway.config import KindConfig, ResourceConfig
 from harness.openai_fake import FakeOpenAI
 from tests.integration.conftest import StartApi
 
@@ -36,9 +36,12 @@ async def test_the_readme_lines_answer_through_floodway(
     (code,) = _blocks("python")
     fake = FakeOpenAI()
     upstream = await api_stack.enter_async_context(serving(fake.app()))
-    declared = tomllib.loads(config)["kinds"]
-    kinds = {n: KindConfig(**{**c, "base_url": f"{upstream}/v1"}) for n, c in declared.items()}
-    server = await start_api(keys={"key-a": "tenant-a"}, kinds=kinds)
+    declared = tomllib.loads(config)
+    kinds = {
+        n: KindConfig(**{**c, "base_url": f"{upstream}/v1"}) for n, c in declared["kinds"].items()
+    }
+    resources = {n: ResourceConfig(**c) for n, c in declared["resources"].items()}
+    server = await start_api(keys={"key-a": "tenant-a"}, kinds=kinds, resources=resources)
     printed = io.StringIO()
 
     def run() -> None:

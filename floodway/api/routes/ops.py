@@ -64,6 +64,7 @@ async def stats_snapshot(state: ApiState, tenant: str | None = None) -> StatsOut
     counts = await fw.store.stats(tenant)
     window = await state.recent.window(fw.store, tenant)
     return StatsOut(
+        tenant=tenant,
         tasks=dict(counts.by_status),
         by_kind={k: dict(v) for k, v in counts.by_kind_status.items()},
         window=len(window.tasks),

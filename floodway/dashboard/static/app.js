@@ -345,7 +345,10 @@ function renderResources(stats) {
   const names = Object.keys(resources).sort();
   const box = $("resources");
   if (!names.length) {
-    box.replaceChildren(h("p", { cls: "empty", text: "No resource limits are configured." }));
+    const text = stats.tenant
+      ? "Resource limits are shared by every tenant: an operator key ([api] admin_keys) shows them."
+      : "No resource limits are configured.";
+    box.replaceChildren(h("p", { cls: "empty", text }));
     return;
   }
   box.replaceChildren(
