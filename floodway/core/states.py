@@ -50,7 +50,13 @@ def is_legal(frm: Status, to: Status) -> bool:
     return to in TRANSITIONS[frm]
 
 
-def check_transition(frm: Status, to: Status) -> None:
-    """Raise :class:`IllegalTransition` unless ``frm -> to`` is in the table."""
+def check_transition(frm: Status, to: Status, doing: str = "") -> None:
+    """Raise :class:`IllegalTransition` unless ``frm -> to`` is in the table; ``doing`` (what a
+    person asked for: "retry", "cancel") makes the message one they can act on."""
     if not is_legal(frm, to):
-        raise IllegalTransition(frm.value, to.value)
+        if not doing:
+            raise IllegalTransition(frm.value, to.value)
+        origins = ", ".join(s.value for s in Status if to in TRANSITIONS[s])
+        raise IllegalTransition(
+            frm.value, to.value, f"cannot {doing} a task that is {frm.value} (only {origins})"
+        )

@@ -567,7 +567,7 @@ def cancel(task_id: str, tenant: str | None, now: float, changes: list[TaskChang
     task = yield from load(task_id, lock=True)
     if tenant is not None and task.tenant != tenant:
         raise TaskNotFound(task_id)
-    check_transition(task.status, Status.CANCELLED)
+    check_transition(task.status, Status.CANCELLED, "cancel")
     error = ErrorInfo(ErrorClass.CANCELLED, "cancelled", "cancelled by request")
     if task.status is Status.RUNNING:
         waiting = yield from one("has_waiters", id=task_id)
@@ -609,7 +609,7 @@ def manual_retry(
     task = yield from load(task_id, lock=True)
     if tenant is not None and task.tenant != tenant:
         raise TaskNotFound(task_id)
-    check_transition(task.status, Status.QUEUED)
+    check_transition(task.status, Status.QUEUED, "retry")
     if task.lease_token is not None:
         # Its last call goes on (under a live worker), or may (its worker died): until it has
         # surely ended, starting the work again could pay for it twice.

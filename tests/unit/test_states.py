@@ -62,3 +62,18 @@ def test_only_back_edge_is_manual_retry_to_queued() -> None:
 def test_terminal_states_leave_only_by_hand() -> None:
     for state in TERMINAL:
         assert TRANSITIONS[state] <= {Status.QUEUED}
+
+
+def test_a_refused_retry_or_cancel_says_what_it_takes() -> None:
+    with pytest.raises(
+        IllegalTransition,
+        match=r"cannot retry a task that is succeeded "
+        r"\(only failed, dead, timeout\)",
+    ):
+        check_transition(Status.SUCCEEDED, Status.QUEUED, "retry")
+    with pytest.raises(
+        IllegalTransition,
+        match=r"cannot cancel a task that is deduped "
+        r"\(only queued, running, retrying\)",
+    ):
+        check_transition(Status.DEDUPED, Status.CANCELLED, "cancel")
