@@ -63,8 +63,7 @@ def settings_for(sim_url: str, opts: DemoOptions, database: str) -> Settings:
 
 def view(counts: Counter[str], sim: SimulatorState, elapsed: float, total: int) -> Group:
     table = Table(
-        title=f"floodway demo: {total} tasks, provider cap "
-        f"{sim.config.max_concurrency} concurrent",
+        title=f"floodway demo: {total} tasks, provider cap {sim.config.max_concurrency} concurrent",
         expand=False,
     )
     for column in ("queued", "running", "retrying", "succeeded", "deduped", "failed", "dead"):

@@ -44,6 +44,17 @@ class TaskFailure:
     message: str
 
 
+def list_page(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    """A page of a list as OpenAI answers one (files, batches): cursors are the page's ends."""
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": has_more,
+    }
+
+
 def task_failure(task: Task) -> TaskFailure:
     error = task.error
     message = error.message if error is not None else task.status.value

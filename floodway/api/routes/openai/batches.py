@@ -25,6 +25,7 @@ from floodway.core.errors import FloodwayError, IllegalTransition
 from floodway.core.states import TERMINAL, Status
 from floodway.core.task import Lane, NewTask, SubmitRequest, new_id
 from floodway.maintenance.openai_batches import SUCCESS, BatchEnder
+from floodway.openai_wire import list_page
 from floodway.store.base import OpenAIBatch
 
 router = APIRouter()
@@ -159,14 +160,7 @@ async def list_batches(
     after: Annotated[str | None, Query(max_length=64, pattern=_ID.pattern)] = None,
 ) -> dict[str, Any]:
     found = await state.fw.store.list_openai_batches(tenant, after, limit + 1)
-    data = [await _current(state, b) for b in found[:limit]]
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": len(found) > limit,
-    }
+    return list_page([await _current(state, b) for b in found[:limit]], len(found) > limit)
 
 
 @router.post("/batches/{batch_id}/cancel")

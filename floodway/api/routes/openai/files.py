@@ -17,6 +17,7 @@ from floodway.api.guard import json_too_deep
 from floodway.api.problems import ApiProblem
 from floodway.api.state import ApiState, api_state
 from floodway.core.task import new_id
+from floodway.openai_wire import list_page
 from floodway.store.base import StoredFile
 from floodway.wire import valid_unicode
 
@@ -138,14 +139,7 @@ async def list_files(
 ) -> dict[str, Any]:
     """The tenant's files, newest first (the ``order`` OpenAI defaults to)."""
     found = await state.fw.store.list_files(tenant, purpose, after, limit + 1)
-    data = [file_object(f) for f in found[:limit]]
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": len(found) > limit,
-    }
+    return list_page([file_object(f) for f in found[:limit]], len(found) > limit)
 
 
 @router.get("/files/{file_id}")
