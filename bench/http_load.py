@@ -53,8 +53,9 @@ from harness.fleet import PG_URL, free_port, fresh_database
 
 ROOT = Path(__file__).resolve().parents[1]
 WRK_THREADS = 2
-#: wrk's Lua: each thread posts the singles' bodies (distinct inputs: no dedup), counts any
-#: answer but 202, and at the end prints one JSON line of its figures.
+#: wrk's Lua: each thread posts the singles' bodies, with inputs distinct from theirs and from
+#: each other's (the same input again would be the same work: a dedup, another path), counts
+#: any answer but 202, and at the end prints one JSON line of its figures.
 WRK_SCRIPT = """\
 local threads = {}
 counter, wrong = 0, 0  -- globals of each thread: done() reads "wrong" from them
@@ -67,7 +68,7 @@ function init(args)
 end
 function request()
   counter = counter + 1
-  local body = string.format('{"kind":"noop","input":{"n":%d}}', counter * 1000 + id)
+  local body = string.format('{"kind":"noop","input":{"n":%d}}', 1e9 + counter * 1000 + id)
   return wrk.format("POST", "/v1/tasks", headers, body)
 end
 function response(status, headers, body)

@@ -1,38 +1,74 @@
-"""Routes that run without FastAPI's per-request dependency solving, for the hottest paths.
+"""Direct routes: the hottest requests answered without FastAPI's per-request machinery.
 
 FastAPI resolves a route's parameters and dependencies on every request by walking their
-declarations; on ``POST /v1/tasks`` that walk cost as much CPU as the submit itself. A direct
-route keeps the FastAPI declaration (the OpenAPI document is generated from it as before) but
-answers with a handler that reads the same headers and body itself, with the same checks in
-the same order and the same errors, then calls the declared endpoint.
+declarations (on ``POST /v1/tasks`` that walk cost as much CPU as the submit itself), then
+runs the request through its exception middleware, an exit stack and its router. A direct
+route keeps its FastAPI declaration (the OpenAPI document, 405s and the rest come from it as
+before), but :class:`DirectRoutes` hands its requests to a handler that reads the same headers
+and body itself, with the same checks in the same order and the same errors, then calls the
+declared endpoint; errors go to the app's own exception handlers, as inside FastAPI.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from fastapi import HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from fastapi.routing import APIRoute
 from pydantic import TypeAdapter, ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from floodway.api.media import is_json_media_type
 
 T = TypeVar("T")
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+#: an app's exception handler, as Starlette takes them
+OnError = Callable[[Request, Any], Response | Awaitable[Response]]
 
 
-def direct_route(handler: Handler) -> type[APIRoute]:
-    """A route class whose requests go to ``handler`` instead of FastAPI's request handler."""
+class DirectRoutes:
+    """Pure ASGI, inside the guard (bodies already bounded): ``(method, path)`` pairs answered
+    by their handler; anything else passes to the app."""
 
-    class DirectRoute(APIRoute):
-        def get_route_handler(self) -> Handler:
-            return handler
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        routes: Mapping[tuple[str, str], Handler],
+        exception_handlers: Mapping[Any, OnError],
+    ) -> None:
+        self.app = app
+        self.routes = dict(routes)
+        #: the app's dict itself: handlers added after this middleware count too
+        self.exception_handlers = exception_handlers
 
-    return DirectRoute
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        handler = None
+        if scope["type"] == "http" and not scope.get("root_path"):
+            handler = self.routes.get((scope["method"], scope["path"]))
+        if handler is None:
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive, send)
+        try:
+            response = await handler(request)
+        except Exception as exc:
+            on_error = self._handler_for(exc)
+            if on_error is None:
+                raise  # the guard answers it with a 500 problem, as for any route
+            answer = on_error(request, exc)
+            response = await answer if inspect.isawaitable(answer) else answer
+        await response(scope, receive, send)
+
+    def _handler_for(self, exc: Exception) -> OnError | None:
+        for cls in type(exc).__mro__:  # the nearest class first, as Starlette looks them up
+            if cls in self.exception_handlers:
+                return self.exception_handlers[cls]
+        return None
 
 
 class _Empty:

@@ -1,7 +1,7 @@
-"""``POST /v1/tasks`` runs on a direct route (floodway.api.direct): it must answer every
-request exactly as FastAPI's own handler of the same declaration does. Two servers, one
-serving the direct route, the other the same endpoint through FastAPI's handler, get the same
-requests in the same order; their answers must match but for ids and clocks."""
+"""``POST /v1/tasks`` is a direct route (floodway.api.direct): it must answer every request
+exactly as FastAPI's own handling of the same declaration does. Two servers, one answering on
+the direct route, the other on the same endpoint declared on a path FastAPI routes itself, get
+the same requests in the same order; their answers must match but for ids and clocks."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
 
 from floodway import Floodway
 from floodway.api.media import JSON_BODY
@@ -74,7 +73,6 @@ def add_reference(_: Floodway, app: FastAPI) -> None:
         methods=["POST"],
         status_code=202,
         dependencies=[JSON_BODY],
-        route_class_override=APIRoute,
     )
 
 

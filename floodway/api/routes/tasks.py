@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from pydantic import StringConstraints, TypeAdapter
 
 from floodway.api.auth import Tenant, caller_of
-from floodway.api.direct import body_value, direct_route, json_payload, validate
+from floodway.api.direct import body_value, json_payload, validate
 from floodway.api.media import JSON_BODY, json_response, require_json
 from floodway.api.openapi import problems
 from floodway.api.schemas import SubmitIn, SubmitOut, TaskPage
@@ -65,6 +65,17 @@ def decode_cursor(cursor: str) -> int:
     return int(cursor.removeprefix(_CURSOR_PREFIX), 16)
 
 
+@router.post(
+    "",
+    status_code=202,
+    response_model=SubmitOut,
+    summary="Submit a task",
+    dependencies=[JSON_BODY],
+    responses={
+        200: {"model": SubmitOut, "description": "Idempotency-Key replay: the same task"},
+        **problems(401, 402, 409, 415, 422, 429),
+    },
+)
 async def submit(
     body: SubmitIn, tenant: Tenant, state: State, key: IdempotencyKey = None
 ) -> Response:
@@ -94,20 +105,8 @@ async def submit_direct(request: Request) -> Response:
     return await submit(body, who.tenant, await api_state(request), key)
 
 
-router.add_api_route(
-    "",
-    submit,
-    methods=["POST"],
-    status_code=202,
-    response_model=SubmitOut,
-    summary="Submit a task",
-    dependencies=[JSON_BODY],
-    responses={
-        200: {"model": SubmitOut, "description": "Idempotency-Key replay: the same task"},
-        **problems(401, 402, 409, 415, 422, 429),
-    },
-    route_class_override=direct_route(submit_direct),
-)
+#: answered by floodway.api.direct.DirectRoutes, ahead of FastAPI's router
+DIRECT = {("POST", "/v1/tasks"): submit_direct}
 
 
 @router.get("", response_model=TaskPage, summary="List tasks", responses=problems(401, 422))
