@@ -15,6 +15,12 @@ process:
   first request (opening its connection) is sent before the clock starts and not counted.
 * **batches**: five ``POST /v1/batches`` of 1,000 tasks, one after another: tasks/s of each;
   the median.
+* **wrk**: the singles' load again from a compiled client, so that the figure is the server's
+  rather than the Python clients': ``wrk`` (Debian: ``apt-get install wrk``) with 50
+  keep-alive connections on 2 threads posts the same bodies for ``--wrk-seconds`` (wrk runs for
+  a time, not a count): submits/s, p50 and p99 (its ``--latency`` histogram), the server's CPU
+  per submit and wrk's own (``wrk_client_cpu_ms``). Any answer but 202 stops the bench. Without
+  wrk on the PATH these figures are left out and the bench says so.
 
 The load generator runs on the same machine as the server (and its workers): they share its
 cores. So each run also reports the CPU time per single submit of the server process
@@ -27,8 +33,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,6 +52,38 @@ from bench.common import median, percentile, write_result
 from harness.fleet import PG_URL, free_port, fresh_database
 
 ROOT = Path(__file__).resolve().parents[1]
+WRK_THREADS = 2
+#: wrk's Lua: each thread posts the singles' bodies, with inputs distinct from theirs and from
+#: each other's (the same input again would be the same work: a dedup, another path), counts
+#: any answer but 202, and at the end prints one JSON line of its figures.
+WRK_SCRIPT = """\
+local threads = {}
+counter, wrong = 0, 0  -- globals of each thread: done() reads "wrong" from them
+function setup(thread)
+  thread:set("id", #threads)
+  table.insert(threads, thread)
+end
+function init(args)
+  headers = {["Content-Type"] = "application/json"}
+end
+function request()
+  counter = counter + 1
+  local body = string.format('{"kind":"noop","input":{"n":%d}}', 1e9 + counter * 1000 + id)
+  return wrk.format("POST", "/v1/tasks", headers, body)
+end
+function response(status, headers, body)
+  if status ~= 202 then wrong = wrong + 1 end
+end
+function done(summary, latency, requests)
+  local wrong_total = 0
+  for _, thread in ipairs(threads) do wrong_total = wrong_total + thread:get("wrong") end
+  io.write(string.format(
+    '{"requests":%d,"duration_us":%d,"not_202":%d,"socket_errors":%d,"p50_us":%d,"p99_us":%d}\\n',
+    summary.requests, summary.duration, wrong_total,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    latency:percentile(50), latency:percentile(99)))
+end
+"""
 ROWS = ("serve-sqlite", "api-pg")
 CONFIG = """\
 database = "{database}"
@@ -150,6 +190,48 @@ async def batches(base: str, size: int, count: int) -> dict[str, float]:
     return {"batch_tasks_per_s": median(rates)}
 
 
+def wrk_missing() -> str | None:
+    """Why the wrk figures cannot be measured here, or None."""
+    if shutil.which("wrk") is None:
+        return "wrk is not installed (Debian: apt-get install wrk): wrk figures left out"
+    return None
+
+
+def wrk_singles(base: str, pid: int, seconds: float, connections: int) -> dict[str, float]:
+    """The singles from wrk for ``seconds``: rate, latencies and CPU per submit."""
+    with tempfile.NamedTemporaryFile("w", suffix=".lua") as script:
+        script.write(WRK_SCRIPT)
+        script.flush()
+        children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        server0 = cpu_s(pid)
+        run = subprocess.run(
+            [
+                *("wrk", f"-t{WRK_THREADS}", f"-c{connections}", f"-d{seconds:g}s"),
+                *("--latency", "-s", script.name, base),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        server = cpu_s(pid) - server0
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    summary_line = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else ""
+    if run.returncode != 0 or not summary_line.startswith("{"):
+        raise SystemExit(f"wrk failed ({run.returncode}):\n{run.stdout}\n{run.stderr}")
+    summary = json.loads(summary_line)
+    if summary["not_202"] or summary["socket_errors"]:
+        raise SystemExit(f"wrk: answers other than 202 or socket errors: {summary}")
+    n = summary["requests"]
+    client = (children.ru_utime + children.ru_stime) - (children0.ru_utime + children0.ru_stime)
+    return {
+        "wrk_submits_per_s": n / (summary["duration_us"] / 1e6),
+        "wrk_p50_ms": summary["p50_us"] / 1000,
+        "wrk_p99_ms": summary["p99_us"] / 1000,
+        "wrk_server_cpu_ms": 1000 * server / n,
+        "wrk_client_cpu_ms": 1000 * client / n,
+    }
+
+
 async def one_run(row: str, database: str, args: argparse.Namespace) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
@@ -163,6 +245,10 @@ async def one_run(row: str, database: str, args: argparse.Namespace) -> dict[str
 async def _load(base: str, pid: int, args: argparse.Namespace) -> dict[str, float]:
     figures = await singles(base, pid, args.submits, args.clients)
     figures.update(await batches(base, args.batch_size, args.batches))
+    if args.wrk_seconds > 0 and wrk_missing() is None:
+        figures.update(
+            await asyncio.to_thread(wrk_singles, base, pid, args.wrk_seconds, args.clients)
+        )
     return figures
 
 
@@ -173,22 +259,22 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--wrk-seconds", type=float, default=4.0, help="how long wrk posts singles (0: no wrk)"
+    )
     parser.add_argument("--only", choices=ROWS, action="append")
     parser.add_argument("--database", default=PG_URL, help="PostgreSQL server for api-pg")
     args = parser.parse_args()
     rows = args.only or list(ROWS)
+    if args.wrk_seconds > 0 and (missing := wrk_missing()) is not None:
+        print(missing)
     runs: dict[str, list[dict[str, float]]] = {row: [] for row in rows}
     started = time.strftime("%H:%M:%S")
     for i in range(args.runs):
         for row in rows:
             figures = asyncio.run(one_run(row, args.database, args))
             runs[row].append(figures)
-            print(
-                f"run {i + 1} {row:13} {figures['submits_per_s']:6,.0f} submits/s "
-                f"p50 {figures['p50_ms']:5.1f} ms p99 {figures['p99_ms']:6.1f} ms, "
-                f"batches {figures['batch_tasks_per_s']:7,.0f} tasks/s; CPU per submit: server "
-                f"{figures['server_cpu_ms']:.2f} ms, clients {figures['client_cpu_ms']:.2f} ms"
-            )
+            print(f"run {i + 1} {row:13} {summary(figures)}")
     results: dict[str, Any] = {
         row: {key: median([r[key] for r in figures]) for key in figures[0]} | {"runs": figures}
         for row, figures in runs.items()
@@ -206,11 +292,22 @@ def main() -> None:
     )
     print(f"\nmedians of {args.runs} -> {path}")
     for row, f in results.items():
-        print(
-            f"{row:13} {f['submits_per_s']:6,.0f} submits/s  p50 {f['p50_ms']:5.1f} ms  "
-            f"p99 {f['p99_ms']:6.1f} ms  batches {f['batch_tasks_per_s']:7,.0f} tasks/s  "
-            f"CPU/submit server {f['server_cpu_ms']:.2f} ms, clients {f['client_cpu_ms']:.2f} ms"
+        print(f"{row:13} {summary(f)}")
+
+
+def summary(f: dict[str, Any]) -> str:
+    text = (
+        f"httpx {f['submits_per_s']:6,.0f} submits/s p50 {f['p50_ms']:5.1f} ms "
+        f"p99 {f['p99_ms']:6.1f} ms, CPU per submit: server {f['server_cpu_ms']:.2f} ms, "
+        f"clients {f['client_cpu_ms']:.2f} ms; batches {f['batch_tasks_per_s']:7,.0f} tasks/s"
+    )
+    if "wrk_submits_per_s" in f:
+        text += (
+            f"; wrk {f['wrk_submits_per_s']:6,.0f} submits/s p50 {f['wrk_p50_ms']:5.1f} ms "
+            f"p99 {f['wrk_p99_ms']:6.1f} ms, CPU per submit: server "
+            f"{f['wrk_server_cpu_ms']:.2f} ms, wrk {f['wrk_client_cpu_ms']:.2f} ms"
         )
+    return text
 
 
 if __name__ == "__main__":

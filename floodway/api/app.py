@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from floodway.api.direct import DirectRoutes
 from floodway.api.guard import GuardMiddleware
 from floodway.api.history import SAMPLE_INTERVAL_S, History
 from floodway.api.openapi import install_openapi
@@ -93,8 +94,9 @@ def create_app(
         app.include_router(module.router)
     if ops.DASHBOARD.parent.is_dir():  # the dashboard's own scripts and styles, if it has any
         app.mount("/static", StaticFiles(directory=ops.DASHBOARD.parent), name="static")
+    app.add_middleware(DirectRoutes, routes=tasks.DIRECT, exception_handlers=app.exception_handlers)
     limits = fw.settings.api
-    app.add_middleware(
+    app.add_middleware(  # added last: the outer one, around DirectRoutes
         GuardMiddleware,
         max_body_bytes=limits.max_body_bytes,
         max_json_depth=limits.max_json_depth,

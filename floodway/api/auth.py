@@ -50,6 +50,22 @@ async def caller(
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     api_key: Annotated[str | None, Depends(_api_key)],
 ) -> Caller:
+    return identify(request, state, bearer, api_key)
+
+
+async def caller_of(request: Request) -> Caller:
+    """``caller`` for a direct route (floodway.api.direct): the same headers, read here."""
+    return identify(
+        request, await api_state(request), await _bearer(request), await _api_key(request)
+    )
+
+
+def identify(
+    request: Request,
+    state: ApiState,
+    bearer: HTTPAuthorizationCredentials | None,
+    api_key: str | None,
+) -> Caller:
     settings = state.settings
     if is_open(settings):  # bound to loopback: whoever reaches it runs this host
         return Caller(OPEN_TENANT, operator=True)

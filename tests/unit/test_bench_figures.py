@@ -65,3 +65,36 @@ def test_h1_rows_need_rate_p99_and_batches_all_met() -> None:
         "rows": {"serve-sqlite": met, "api-pg": {**met, "p99_ms": 101.0}},
     }
     assert [r.passed for r in report.read_http(Path("http-H1.json"), data)] == [True, False]
+
+
+def test_h1_wrk_figures_get_a_row_of_their_own_judged_on_rate_and_p99() -> None:
+    httpx = {
+        "submits_per_s": 1_000.0,
+        "p50_ms": 40.0,
+        "p99_ms": 120.0,
+        "batch_tasks_per_s": 10_000.0,
+        "server_cpu_ms": 0.5,
+        "client_cpu_ms": 0.5,
+        "runs": [{}],
+    }
+    wrk = {
+        "wrk_submits_per_s": 1_500.0,
+        "wrk_p50_ms": 20.0,
+        "wrk_p99_ms": 100.0,
+        "wrk_server_cpu_ms": 0.4,
+        "wrk_client_cpu_ms": 0.02,
+    }
+    data = {
+        "scenario": "H1",
+        "submits": 2_000,
+        "clients": 50,
+        "batch_size": 1_000,
+        "rows": {"serve-sqlite": {**httpx, **wrk}, "api-pg": {**httpx, **wrk, "wrk_p99_ms": 101.0}},
+    }
+    rows = report.read_http(Path("http-H1.json"), data)
+    assert [(("wrk" in r.scenario), r.passed) for r in rows] == [
+        (False, False),
+        (True, True),
+        (False, False),
+        (True, False),
+    ]

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Query
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from pydantic import StringConstraints, TypeAdapter
 
-from floodway.api.auth import Tenant
-from floodway.api.media import JSON_BODY, json_response
+from floodway.api.auth import Tenant, caller_of
+from floodway.api.direct import body_value, json_payload, validate
+from floodway.api.media import JSON_BODY, json_response, require_json
 from floodway.api.openapi import problems
 from floodway.api.schemas import SubmitIn, SubmitOut, TaskPage
 from floodway.api.state import ApiState, api_state
@@ -23,15 +26,18 @@ from floodway.wire import TaskOut, task_json, task_out
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
 State = Annotated[ApiState, Depends(api_state)]
+KEY_HEADER = "Idempotency-Key"
+_KEY_LENGTH = {"min_length": 1, "max_length": 255}
 IdempotencyKey = Annotated[
     str | None,
     Header(
-        alias="Idempotency-Key",
-        min_length=1,
-        max_length=255,
+        alias=KEY_HEADER,
         description="The same key again (same tenant, within its TTL) returns the same task",
+        **_KEY_LENGTH,
     ),
 ]
+_KEY = TypeAdapter(Annotated[str, StringConstraints(**_KEY_LENGTH)])
+_SUBMIT = TypeAdapter(SubmitIn)
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _CURSOR_PREFIX = "c1-"
@@ -81,6 +87,26 @@ async def submit(
     return json_response(
         task_json(submitted.task, reused=submitted.reused), 200 if submitted.reused else 202
     )
+
+
+async def submit_direct(request: Request) -> Response:
+    """``submit`` as FastAPI would call it, its parameters read here in FastAPI's order: the
+    body parsed (400), the JSON check (415), the caller (401), then the header and the body
+    validated (422)."""
+    payload = await json_payload(request)
+    await require_json(request)
+    who = await caller_of(request)
+    errors: list[dict[str, Any]] = []
+    sent_key = request.headers.get(KEY_HEADER)
+    key = None if sent_key is None else validate(_KEY, sent_key, ("header", KEY_HEADER), errors)
+    body = body_value(_SUBMIT, payload, errors)
+    if errors or body is None:
+        raise RequestValidationError(errors)
+    return await submit(body, who.tenant, await api_state(request), key)
+
+
+#: answered by floodway.api.direct.DirectRoutes, ahead of FastAPI's router
+DIRECT = {("POST", "/v1/tasks"): submit_direct}
 
 
 @router.get("", response_model=TaskPage, summary="List tasks", responses=problems(401, 422))
