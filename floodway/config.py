@@ -455,8 +455,7 @@ class WorkerConfig(_Strict):
     claim_batch: int = Field(
         64,
         ge=1,
-        description="most tasks claimed in one statement; also how many a worker claims ahead "
-        "of its free slots while its handlers are fast (under 20 ms) and no limit applies",
+        description="most tasks claimed in one statement",
     )
 
 

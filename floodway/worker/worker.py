@@ -6,13 +6,9 @@ cancel requests; a lost lease fences the execution (its write would be refused a
 
 Claiming and completing overlap: a slot is free again once its handler has returned, while
 the outcome is still being written (claims pause while more than ``concurrency`` outcomes
-wait to be written). While
-handlers return quickly and no limit applies, the dispatcher also claims ahead: up to
-``claim_batch`` more tasks wait in this process for a slot (their leases renewed like the
-rest), claimed half a batch at a time, so a slot that frees starts the next task without a
-round trip to the ledger. They are handed back, no attempt spent, on shutdown, or when no
-slot frees for them within ``ahead_wait_s`` (1 s, far within a lease: handlers turned slow,
-and another worker may be idle).
+wait to be written). A worker claims only for its free slots: a claim opens the task's
+attempt, and recovery after a crash takes every open attempt for a call that may have been
+sent, so a task claimed to wait in this process would fail with the crash it had no part in.
 """
 
 from __future__ import annotations
@@ -47,11 +43,6 @@ log = logging.getLogger("floodway.worker")
 _DEFAULTS = WorkerConfig()
 #: open attempts whose provider slots a starting worker holds again, at most
 OPEN_ATTEMPTS_HELD = 10_000
-#: claim ahead only while handlers return this fast on average: a task claimed ahead then
-#: waits a few times this for its slot, far less than a lease, so no other worker misses it
-PREFETCH_BELOW_S = 0.02
-#: the weight of the latest handler duration in that average
-_DURATION_WEIGHT = 0.1
 
 
 @dataclass
@@ -61,8 +52,6 @@ class _Running:
     permit: Permit
     job: asyncio.Task[None] | None = None
     fenced: bool = False
-    #: its handler holds one of the worker's slots (False: claimed ahead, waiting for one)
-    started: bool = False
 
 
 @dataclass
@@ -75,9 +64,6 @@ class WorkerOptions:
     grace_s: float = _DEFAULTS.grace
     claim_batch: int = _DEFAULTS.claim_batch
     idle_poll_s: float = 1.0
-    #: a task claimed ahead that finds no free slot this soon goes back to the queue (handlers
-    #: turned slow: another worker may be idle), and claiming ahead stops until one returns
-    ahead_wait_s: float = 1.0
     #: the lease owner's name; default: this process's identity on the ledger and a number
     owner: str | None = None
 
@@ -104,12 +90,10 @@ class Worker:
             options = dataclasses.replace(options, owner=owner)
         self.options = options
         self.running: dict[str, _Running] = {}
-        #: handlers that may run at once; the tasks claimed ahead wait here
+        #: handlers that may run at once
         self._slots = asyncio.Semaphore(self.options.concurrency)
         #: tasks of ``running`` whose handler has returned: their outcome is being written
         self._writing = 0
-        #: a moving average of handler durations (None: none has returned yet)
-        self._duration_s: float | None = None
         self._stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
@@ -150,9 +134,6 @@ class Worker:
         self._slot_freed.set()
         for loop in self._loops[:1]:
             loop.cancel()
-        for run in self.running.values():
-            if not run.started and run.job is not None:
-                run.job.cancel()  # claimed ahead, never started: back to the queue at once
         grace = self.options.grace_s if grace_s is None else grace_s
         jobs = [r.job for r in self.running.values() if r.job is not None]
         if jobs:
@@ -203,12 +184,6 @@ class Worker:
         while not self._stopping.is_set():
             free = self._free()
             claimed = 0
-            if 0 < free < self._least_claim():
-                # Claimed ahead: wait until the tasks waiting have started, then claim a batch
-                # (one claim per few slots is what keeps the ledger's round trips cheap).
-                self._slot_freed.clear()
-                await self._slot_freed.wait()
-                continue
             if free > 0:
                 try:
                     claimed = await self._claim(min(free, self.options.claim_batch))
@@ -231,28 +206,12 @@ class Worker:
             await self._idle_wait()
 
     def _free(self) -> int:
-        """How many tasks to claim now: free slots, plus the claim-ahead allowance, less what
-        already waits for a slot; fewer while more than ``concurrency`` outcomes wait to be
-        written (the ledger is the bottleneck then: more claims would only queue behind)."""
+        """How many tasks to claim now: the free slots; fewer while more than ``concurrency``
+        outcomes wait to be written (the ledger is the bottleneck then: more claims would only
+        queue behind)."""
         concurrency = self.options.concurrency
-        waiting_or_running = len(self.running) - self._writing
-        ahead = self.options.claim_batch if self._claims_ahead() else 0
-        return min(
-            concurrency + ahead - waiting_or_running,
-            2 * concurrency + ahead - len(self.running),
-        )
-
-    def _least_claim(self) -> int:
-        return max(1, self.options.claim_batch // 2) if self._claims_ahead() else 1
-
-    def _claims_ahead(self) -> bool:
-        """Claim ahead only when no limit applies (a task claimed ahead would hold a provider
-        slot it does not use yet) and handlers return fast (it would wait long otherwise)."""
-        return (
-            not self.runtime.admission.limited
-            and self._duration_s is not None
-            and self._duration_s < PREFETCH_BELOW_S
-        )
+        running = len(self.running) - self._writing
+        return min(concurrency - running, 2 * concurrency - len(self.running))
 
     async def _idle_wait(self) -> None:
         runtime = self.runtime
@@ -357,8 +316,6 @@ class Worker:
                 await self._hand_back(run)
                 return
             try:
-                run.started = True
-                began = runtime.clock.now()
                 try:
                     outcome = await execute(spec, run.ctx, runtime.policy, runtime.clock)
                 except asyncio.CancelledError:
@@ -366,7 +323,7 @@ class Worker:
                 except Exception:  # a bug in floodway, not in the handler: never lose the task
                     log.exception("executor failed on %s", run.task.id)
                     outcome = Failed(ErrorInfo(ErrorClass.RETRYABLE, "internal", "executor failed"))
-                self._returned(runtime.clock.now() - began)
+                self._returned()
             finally:
                 self._slots.release()
         except asyncio.CancelledError:  # torn down by stop()
@@ -393,16 +350,9 @@ class Worker:
         await asyncio.shield(self._finish(run, item, settlement))
 
     async def _take_slot(self) -> bool:
-        """A slot for the handler; False when the task should go back to the queue instead:
-        the worker is stopping, or (claimed ahead) no slot freed within ``ahead_wait_s``."""
-        try:
-            if self._slots.locked():  # only a task claimed ahead waits (wait_for costs a task)
-                await asyncio.wait_for(self._slots.acquire(), self.options.ahead_wait_s)
-            else:
-                await self._slots.acquire()
-        except TimeoutError:
-            self._duration_s = None  # handlers are slow now: no more claims ahead
-            return False
+        """A slot for the handler (claims are for free slots: one is there); False when the
+        worker is stopping and the task should go back to the queue instead."""
+        await self._slots.acquire()
         if self._stopping.is_set():
             self._slots.release()
             return False
@@ -422,15 +372,9 @@ class Worker:
         self._writing += 1
         await asyncio.shield(self._finish(run, item, Settlement()))
 
-    def _returned(self, duration_s: float) -> None:
+    def _returned(self) -> None:
         """A handler returned: its slot is free for the next task while its outcome is
         written."""
-        previous = self._duration_s
-        self._duration_s = (
-            duration_s
-            if previous is None
-            else previous + _DURATION_WEIGHT * (duration_s - previous)
-        )
         self._writing += 1
         self._slot_freed.set()
 
