@@ -28,7 +28,7 @@ from floodway.core.outcome import Completion, Failed, Succeeded, from_running
 from floodway.core.owners import identity_of
 from floodway.core.states import TERMINAL, Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task
-from floodway.kinds import KindSpec
+from floodway.kinds import UNBOUNDED_CALL_S, KindSpec
 from floodway.limits.base import Permit
 from floodway.runtime import Runtime
 
@@ -199,12 +199,18 @@ class Sweeper:
                 # success for the same work, and gives the provider slot back then
                 keep_attempt=running and not task.parked,
             )
-            (applied,) = await runtime.store.complete([item], runtime.clock.now())
+            now = runtime.clock.now()
+            (applied,) = await runtime.store.complete([item], now)
             if applied.applied and task.parked:
-                # the upstream job was given up on: its provider slot is free
-                await runtime.admission.release_slots(self._permit(task))
+                # the upstream job was given up on, but the provider may still be running it
+                # (nobody asked it to stop): its slot stays taken as long as a call may run
+                await runtime.admission.hold(self._permit(task), now + self._longest_call(task))
             count += applied.applied
         return count
+
+    def _longest_call(self, task: Task) -> float:
+        kinds = self.runtime.kinds
+        return kinds.get(task.kind).longest_call_s if task.kind in kinds else UNBOUNDED_CALL_S
 
     def _permit(self, task: Task) -> Permit:
         return self.runtime.admission.permit_for(

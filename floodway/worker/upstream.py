@@ -74,14 +74,22 @@ async def finish_upstream(
     *,
     usage: float | None = None,
     headers: Mapping[str, str] | None = None,
+    still_running_s: float | None = None,
 ) -> bool:
     """Write ``item`` for a task waiting on an upstream job; True if this write landed. Only
     the write that lands releases the provider slot and runs the follow-ups (fallback, alerts):
-    the loser of a webhook/poll race must not settle the same permit twice."""
+    the loser of a webhook/poll race must not settle the same permit twice.
+
+    ``still_running_s``: the task was given up on while the provider may still be running its
+    job (it could not be asked to stop it): the job's slot stays taken that long."""
     applied = (await runtime.store.complete([item], runtime.clock.now()))[0]
     if not applied.applied:
         return False
-    settlement = Settlement(actual_cost=usage, headers=dict(headers or {}))
+    settlement = Settlement(
+        actual_cost=usage,
+        headers=dict(headers or {}),
+        still_running_s=still_running_s,
+    )
     await runtime.admission.settle(permit_of(runtime, task), settlement, runtime.clock.now())
     await runtime.after_completion(task, item, applied)
     return True
@@ -90,6 +98,12 @@ async def finish_upstream(
 def permit_of(runtime: Runtime, task: Task) -> Permit:
     """The permit a parked task holds, rebuilt from its row."""
     return runtime.admission.permit_for(task.id, task.kind, task.tenant, task.cost_estimated)
+
+
+def _unless(stopped: bool, spec: KindSpec) -> float | None:
+    """How long the slot of a job given up on stays taken: not at all if the provider said it
+    stopped the job, else as long as one call of the kind may run."""
+    return None if stopped else spec.longest_call_s
 
 
 class UpstreamPoller:
@@ -244,9 +258,10 @@ class UpstreamPoller:
             await self._hand_back(task, "parked without an upstream job to poll")
             return
         if task.cancel_requested:
-            await self._cancel_upstream(spec, ctx, ref)
+            stopped = await self._cancel_upstream(spec, ctx, ref)
             error = ErrorInfo(ErrorClass.CANCELLED, "cancelled", "cancelled while waiting upstream")
-            await finish_upstream(runtime, task, self._write(task, Status.CANCELLED, error=error))
+            item = self._write(task, Status.CANCELLED, error=error)
+            await finish_upstream(runtime, task, item, still_running_s=_unless(stopped, spec))
             return
         # "Still running" is news as of when we asked: the next gap counts from then, so a slow
         # answer does not push the next poll (and the detection lag) further out.
@@ -331,13 +346,14 @@ class UpstreamPoller:
     async def _give_up(
         self, task: Task, spec: KindSpec, ctx: Context, ref: str, kind: str, message: str
     ) -> None:
-        await self._cancel_upstream(spec, ctx, ref)  # stop paying for work nobody will read
+        stopped = await self._cancel_upstream(spec, ctx, ref)  # stop paying for unread work
         error = ErrorInfo(ErrorClass.TIMEOUT, kind, message)
         await finish_upstream(
             self.runtime,
             task,
             self._write(task, Status.TIMEOUT, error=error),
             headers=ctx.response_headers,
+            still_running_s=_unless(stopped, spec),
         )
 
     async def _hand_back(self, task: Task, message: str) -> None:
@@ -351,13 +367,15 @@ class UpstreamPoller:
         )
         await finish_upstream(self.runtime, task, item)
 
-    async def _cancel_upstream(self, spec: KindSpec, ctx: Context, ref: str) -> None:
+    async def _cancel_upstream(self, spec: KindSpec, ctx: Context, ref: str) -> bool:
+        """Ask the provider to stop the job: True if it said it did."""
         if spec.poll is None:
-            return
+            return False
         try:
-            await spec.poll.cancel(ctx, ref)
+            return await spec.poll.cancel(ctx, ref)
         except Exception as exc:  # best effort: the task ends either way
             log.info("task %s: cancelling upstream job %s failed: %s", ctx.task_id, ref, exc)
+            return False
 
     @staticmethod
     def _write(task: Task, to: Status, **fields: Any) -> Completion:

@@ -24,7 +24,6 @@ from floodway.core.outcome import Completion, Failed, Parked
 from floodway.core.owners import owner_name
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task, new_token
-from floodway.kinds import UNBOUNDED_CALL_S
 from floodway.limits.base import Permit, Settlement
 from floodway.runtime import Runtime
 from floodway.store.base import ClaimParams, ReadyQuery
@@ -326,7 +325,7 @@ class Worker:
             throttled=failed is not None and failed.throttled,
             retry_after=None if failed is None else failed.retry_after,
             headers=run.ctx.response_headers,
-            still_running_s=(spec.timeout_s or UNBOUNDED_CALL_S) if in_progress else None,
+            still_running_s=spec.longest_call_s if in_progress else None,
             reason=f"{failed.error.type}: {failed.error.message}" if failed is not None else "",
         )
         await asyncio.shield(self._finish(run, item, settlement))

@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 from fastapi import FastAPI, Request, Response
 
-from floodway import ErrorClass, Floodway, Settings, Status, Task
+from floodway import Context, ErrorClass, Floodway, Parked, Settings, Status, Task
 from floodway.core.backoff import Backoff
 from floodway.providers.registry import aclose_kinds
 from floodway.providers.sim import SimulatorConfig, running_simulator, serve_app
 from floodway.retry import RetryPolicy
 from floodway.signing import WebhookSignatureError, sign, verify
 from floodway.store.base import TaskQuery
+from floodway.testing import FakeClock
 from floodway.worker.callbacks import Applied, apply_callback
 
 SCHEMA = {"type": "object", "required": ["url"]}
@@ -319,6 +320,61 @@ async def test_a_failed_job_is_submitted_again_by_the_next_attempt(db_url: str) 
     assert Counter(t.status for t in done) == {Status.SUCCEEDED: 10}
     assert sim.state.stats.errors_5xx >= 1  # some jobs failed upstream and were redone
     assert sim.state.ledger.total == 10  # failed jobs are refunded: each task billed once
+
+
+@pytest.mark.parametrize("end", ["cancel", "poll_deadline", "sweeper_deadline"])
+async def test_a_job_given_up_on_keeps_its_provider_slot_while_it_may_run(
+    db_url: str, clock: FakeClock, end: str
+) -> None:
+    """A parked task ends (cancelled, or past its deadline) but its provider cannot be asked to
+    stop the job: the job goes on at the provider, so its slot must stay taken. Cap 1: the next
+    task may not start beside it."""
+    fw = Floodway(
+        settings=Settings(database=db_url, resources={"gpu": {"concurrency": 1}}), clock=clock
+    )
+    jobs: dict[str, float] = {}  # job -> when the provider finishes it
+    peak = 0
+
+    def running() -> int:
+        return sum(1 for ends in jobs.values() if ends > clock.now())
+
+    async def poll(ctx: Context, ref: str) -> tuple[str, Any]:
+        return ("done", {"job": ref}) if jobs[ref] <= clock.now() else ("running", None)
+
+    # a poll at the deadline itself (the poller gives up) or long after it (the sweeper does)
+    first_poll = 1.0 if end == "poll_deadline" else 100.0
+
+    @fw.kind(
+        "gen", resource="gpu", deadline_s=None, timeout_s=40, poll=poll, poll_after_s=first_poll
+    )
+    async def gen(ctx: Context, value: Any) -> Parked:
+        nonlocal peak
+        jobs[ctx.work_key] = clock.now() + 30  # no way to cancel it: it runs its 30 s
+        peak = max(peak, running())
+        await ctx.set_upstream_ref(ctx.work_key)
+        return Parked(ctx.work_key, clock.now() + first_poll)
+
+    deadline = None if end == "cancel" else 3.0
+    async with fw, fw.worker():
+        first = await fw.submit("gen", {"n": 1}, deadline_s=deadline)
+        while not (await fw.get(first.id)).parked:
+            await clock.advance(0.1)
+        if end == "cancel":
+            await fw.cancel(first.id)
+        await clock.advance(5)
+        ended = await fw.get(first.id)
+        assert ended.status is (Status.CANCELLED if end == "cancel" else Status.TIMEOUT)
+        second = await fw.submit("gen", {"n": 2})
+        await clock.advance(5)  # the first job still runs at the provider
+        assert (await fw.get(second.id)).status is Status.QUEUED
+        assert peak == 1
+        for _ in range(20):  # until the held slot lapses (the kind's timeout) and the second
+            # task gets it
+            if (await fw.get(second.id)).status is not Status.QUEUED:
+                break
+            await clock.advance(5)
+        assert (await fw.get(second.id)).parked
+    assert peak == 1 and len(jobs) == 2
 
 
 # -- signatures --------------------------------------------------------------------------------
