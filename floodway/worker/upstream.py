@@ -74,21 +74,19 @@ async def finish_upstream(
     *,
     usage: float | None = None,
     headers: Mapping[str, str] | None = None,
-    still_running_s: float | None = None,
 ) -> bool:
     """Write ``item`` for a task waiting on an upstream job; True if this write landed. Only
     the write that lands releases the provider slot and runs the follow-ups (fallback, alerts):
-    the loser of a webhook/poll race must not settle the same permit twice.
-
-    ``still_running_s``: the task was given up on while the provider may still be running its
-    job (it could not be asked to stop it): the job's slot stays taken that long."""
-    applied = (await runtime.store.complete([item], runtime.clock.now()))[0]
+    the loser of a webhook/poll race must not settle the same permit twice. A task given up on
+    while its job may still run (``item.orphan_until``) keeps the job's slot until then."""
+    now = runtime.clock.now()
+    applied = (await runtime.store.complete([item], now))[0]
     if not applied.applied:
         return False
     settlement = Settlement(
         actual_cost=usage,
         headers=dict(headers or {}),
-        still_running_s=still_running_s,
+        still_running_s=None if item.orphan_until is None else item.orphan_until - now,
     )
     await runtime.admission.settle(permit_of(runtime, task), settlement, runtime.clock.now())
     await runtime.after_completion(task, item, applied)
@@ -98,12 +96,6 @@ async def finish_upstream(
 def permit_of(runtime: Runtime, task: Task) -> Permit:
     """The permit a parked task holds, rebuilt from its row."""
     return runtime.admission.permit_for(task.id, task.kind, task.tenant, task.cost_estimated)
-
-
-def _unless(stopped: bool, spec: KindSpec) -> float | None:
-    """How long the slot of a job given up on stays taken: not at all if the provider said it
-    stopped the job, else as long as one call of the kind may run."""
-    return None if stopped else spec.longest_call_s
 
 
 class UpstreamPoller:
@@ -260,8 +252,8 @@ class UpstreamPoller:
         if task.cancel_requested:
             stopped = await self._cancel_upstream(spec, ctx, ref)
             error = ErrorInfo(ErrorClass.CANCELLED, "cancelled", "cancelled while waiting upstream")
-            item = self._write(task, Status.CANCELLED, error=error)
-            await finish_upstream(runtime, task, item, still_running_s=_unless(stopped, spec))
+            item = self._give_up_on(task, spec, stopped, Status.CANCELLED, error)
+            await finish_upstream(runtime, task, item)
             return
         # "Still running" is news as of when we asked: the next gap counts from then, so a slow
         # answer does not push the next poll (and the detection lag) further out.
@@ -348,13 +340,19 @@ class UpstreamPoller:
     ) -> None:
         stopped = await self._cancel_upstream(spec, ctx, ref)  # stop paying for unread work
         error = ErrorInfo(ErrorClass.TIMEOUT, kind, message)
-        await finish_upstream(
-            self.runtime,
-            task,
-            self._write(task, Status.TIMEOUT, error=error),
-            headers=ctx.response_headers,
-            still_running_s=_unless(stopped, spec),
-        )
+        item = self._give_up_on(task, spec, stopped, Status.TIMEOUT, error)
+        await finish_upstream(self.runtime, task, item, headers=ctx.response_headers)
+
+    def _give_up_on(
+        self, task: Task, spec: KindSpec, stopped: bool, to: Status, error: ErrorInfo
+    ) -> Completion:
+        """End a task whose job the provider may go on running unless it said it stopped it:
+        then the attempt stays open as long as one call of the kind may run (its slot stays
+        taken, in this process and in the one started after a crash, and the same work waits
+        for it, with a last look-up for its late success)."""
+        now = self.runtime.clock.now()
+        orphan_until = None if stopped else now + spec.longest_call_s
+        return self._write(task, to, error=error, orphan_until=orphan_until)
 
     async def _hand_back(self, task: Task, message: str) -> None:
         error = ErrorInfo(ErrorClass.INTERRUPTED, "not_pollable", message)

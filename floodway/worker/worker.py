@@ -24,6 +24,7 @@ from floodway.core.outcome import Completion, Failed, Parked
 from floodway.core.owners import owner_name
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task, new_token
+from floodway.kinds import UNBOUNDED_CALL_S
 from floodway.limits.base import Permit, Settlement
 from floodway.runtime import Runtime
 from floodway.store.base import ClaimParams, ReadyQuery
@@ -148,10 +149,13 @@ class Worker:
         for task in await runtime.store.open_attempts(OPEN_ATTEMPTS_HELD):
             if task.kind not in runtime.kinds:
                 continue
-            if task.lease_owner is None:  # its worker died: held until its call could end
+            spec = runtime.kinds.get(task.kind)
+            if task.parked:  # its job runs upstream: held until its poll or callback ends it
+                until = runtime.clock.now() + UNBOUNDED_CALL_S
+            elif task.lease_owner is None:  # its worker died: held until its call could end
                 until = task.lease_expires_at or runtime.clock.now()
             else:
-                until = runtime.kinds.get(task.kind).call_ends_by(task)
+                until = spec.call_ends_by(task)
             permit = runtime.admission.permit_for(
                 task.id, task.kind, task.tenant, task.cost_estimated
             )

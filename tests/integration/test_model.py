@@ -53,7 +53,7 @@ from harness.pg import fresh_schema, postgres_unavailable, schema_url
 EXAMPLES = int(os.environ.get("FLOODWAY_MODEL_EXAMPLES", "12"))
 CAP = 2  # the provider's in-flight cap, configured on the resource
 CALL_S = 3.0  # how long the provider takes over one call (fake seconds)
-TIMEOUT_S = 60.0  # the kinds' call timeout: a dead worker's call may run this long
+TIMEOUT_S = 10.0  # the kinds' call timeout: a dead worker's call may run this long
 TENANTS = ("t1", "t2")
 
 
@@ -353,7 +353,7 @@ class LedgerModel(RuleBasedStateMachine):
         self.tasks[task.id] = Submitted(task.id, kind, tenant, work_of(kind, tenant, value))
         self.run(settle())
 
-    @rule(seconds=st.sampled_from([0.5, 1.0, 2.0, 4.0, 15.0, 70.0]))
+    @rule(seconds=st.sampled_from([0.5, 1.0, 2.0, 4.0, 12.0]))
     def time_passes(self, seconds: float) -> None:
         self.run(self.clock.advance(seconds))
 
@@ -497,7 +497,7 @@ class PostgresModel(LedgerModel):
 
 MODEL_SETTINGS = settings(
     max_examples=EXAMPLES,
-    stateful_step_count=25,
+    stateful_step_count=20,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )

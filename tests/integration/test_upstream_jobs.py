@@ -8,7 +8,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import pytest
@@ -374,6 +374,62 @@ async def test_a_job_given_up_on_keeps_its_provider_slot_while_it_may_run(
                 break
             await clock.advance(5)
         assert (await fw.get(second.id)).parked
+    assert peak == 1 and len(jobs) == 2
+
+
+@pytest.mark.parametrize("before", ["parked", "cancelled"])
+async def test_a_restart_holds_the_slots_of_jobs_still_running_upstream(
+    db_url: str, clock: FakeClock, before: str
+) -> None:
+    """The embedded default's limits live in the process. A process dies while an upstream job
+    it started runs at the provider (its task parked, or cancelled but the job not stoppable);
+    the process started in its place must count that job. Cap 1: nothing starts beside it."""
+    jobs: dict[str, float] = {}  # job -> when the provider finishes it
+    peak = 0
+
+    def running() -> int:
+        return sum(1 for ends in jobs.values() if ends > clock.now())
+
+    def app() -> Floodway:
+        fw = Floodway(
+            settings=Settings(database=db_url, resources={"gpu": {"concurrency": 1}}), clock=clock
+        )
+
+        async def poll(ctx: Context, ref: str) -> tuple[str, Any]:
+            return ("done", {"job": ref}) if jobs[ref] <= clock.now() else ("running", None)
+
+        @fw.kind("gen", resource="gpu", deadline_s=None, timeout_s=40, poll=poll, poll_after_s=5)
+        async def gen(ctx: Context, value: Any) -> Parked:
+            nonlocal peak
+            jobs.setdefault(ctx.work_key, clock.now() + 30)  # it cannot be cancelled
+            peak = max(peak, running())
+            await ctx.set_upstream_ref(ctx.work_key)
+            return Parked(ctx.work_key, clock.now() + 5)
+
+        return fw
+
+    first = app()
+    async with AsyncExitStack() as process:
+        process.push_async_callback(first.close)
+        await process.enter_async_context(first.worker())
+        task = await first.submit("gen", {"n": 1})
+        while not (await first.get(task.id)).parked:
+            await clock.advance(0.1)
+        if before == "cancelled":
+            await first.cancel(task.id)
+            await clock.advance(1)
+            assert (await first.get(task.id)).status is Status.CANCELLED
+        await first.store.close()  # killed: nothing more of it reaches the ledger
+    second = app()
+    async with second, second.worker():
+        other = await second.submit("gen", {"n": 2})
+        await clock.advance(5)
+        assert (await second.get(other.id)).status is Status.QUEUED  # the first job runs on
+        for _ in range(20):
+            if (await second.get(other.id)).status is not Status.QUEUED:
+                break
+            await clock.advance(5)
+        assert (await second.get(other.id)).parked
     assert peak == 1 and len(jobs) == 2
 
 

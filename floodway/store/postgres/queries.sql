@@ -459,7 +459,8 @@ WHERE id = %(id)s AND callback_state = 'pending';
 -- -- recovery and maintenance -----------------------------------------------------------------
 
 -- name: open_attempts
-SELECT * FROM tasks WHERE lease_token IS NOT NULL ORDER BY lease_expires_at LIMIT %(limit)s;
+SELECT * FROM tasks WHERE lease_token IS NOT NULL OR (status = 'running' AND parked)
+ORDER BY lease_expires_at LIMIT %(limit)s;
 
 -- name: lease_owners
 SELECT DISTINCT lease_owner FROM tasks

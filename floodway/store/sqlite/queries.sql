@@ -292,7 +292,8 @@ WHERE id = :id AND callback_state = 'pending';
 -- -- recovery and maintenance -----------------------------------------------------------------
 
 -- name: open_attempts
-SELECT * FROM tasks WHERE lease_token IS NOT NULL ORDER BY lease_expires_at LIMIT :limit;
+SELECT * FROM tasks WHERE lease_token IS NOT NULL OR (status = 'running' AND parked = 1)
+ORDER BY lease_expires_at LIMIT :limit;
 
 -- name: lease_owners
 SELECT DISTINCT lease_owner FROM tasks
