@@ -241,3 +241,24 @@ async def test_request_keys_and_work_are_per_tenant(fw: Floodway, provider: Prov
     b = await fw.submit_request(SubmitRequest("img", {"prompt": "hi"}, key="k"), tenant="b")
     assert not a.reused and not b.reused and a.task.id != b.task.id
     assert b.task.waits_for is None  # not waiting on another tenant's work
+
+
+async def test_a_retry_after_a_late_success_takes_that_result(
+    fw: Floodway, clock: FakeClock, provider: Provider
+) -> None:
+    """The task timed out mid-call and its call's late success was kept: the work is done, by
+    this very task. Retrying it takes that result, without a call and without naming itself
+    as its own duplicate."""
+    provider.hold.clear()
+    async with fw.worker():
+        a = await fw.submit("img", {"prompt": "stool"}, deadline_s=1)
+        await asyncio.wait_for(provider.started.wait(), 10)
+        await clock.advance(2)
+        provider.hold.set()
+        await clock.advance(2)
+        timed_out = await fw.wait(a.id, timeout=10)
+        assert timed_out.status is Status.TIMEOUT and timed_out.result is not None
+        retried = await fw.retry(a.id)
+    assert retried.status is Status.DEDUPED and retried.result == timed_out.result
+    assert retried.duplicate_of is None
+    assert provider.total == 1
