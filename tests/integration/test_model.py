@@ -46,6 +46,7 @@ from floodway import (
 )
 from floodway.config import ResourceConfig, TenantConfig
 from floodway.store.base import TaskQuery
+from floodway.store.sqlite import SqliteStore
 from floodway.testing import FakeClock, settle
 from floodway.worker.callbacks import apply_callback
 from harness.pg import fresh_schema, postgres_unavailable, schema_url
@@ -262,9 +263,15 @@ class Process:
 
     async def kill(self) -> None:
         """As SIGKILL would: from this instant nothing of this process reaches the ledger
-        (closing the store refuses every later read and write, and frees the liveness lock
-        the kernel or the server would free); then its coroutines are torn down."""
-        await self.fw.store.close()
+        (a closed store refuses every later read and write), its liveness lock is free as the
+        kernel or the server would free it, and then its coroutines are torn down."""
+        store = self.fw.store
+        if isinstance(store, SqliteStore) and store._liveness is not None:
+            # The kernel frees the lock and leaves the file; a clean close would also delete
+            # the file, which peers read as "never judged", not as dead.
+            os.close(store._liveness)
+            store._liveness = None
+        await store.close()
         await self.stack.aclose()
 
     async def stop(self) -> None:
@@ -482,7 +489,7 @@ class LedgerModel(RuleBasedStateMachine):
         for task in tasks:
             self._check_task(task, found)
             if task.status in (Status.SUCCEEDED, Status.DEDUPED):
-                assert task.result is not None, f"{task.id} {task.status.value} without a result"
+                assert task.result is not None, f"{task.status.value} without a result: {task}"
         self.provider_saw_no_violation()
         self.no_work_billed_twice()
 
