@@ -51,7 +51,7 @@ from floodway.testing import FakeClock, settle
 from floodway.worker.callbacks import apply_callback
 from harness.pg import fresh_schema, postgres_unavailable, schema_url
 
-EXAMPLES = int(os.environ.get("FLOODWAY_MODEL_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("FLOODWAY_MODEL_EXAMPLES", "8"))
 CAP = 2  # the provider's in-flight cap, configured on the resource
 CALL_S = 3.0  # how long the provider takes over one call (fake seconds)
 TIMEOUT_S = 10.0  # the kinds' call timeout: a dead worker's call may run this long
@@ -278,6 +278,32 @@ class Process:
         await self.stack.aclose()
 
 
+@dataclass(frozen=True)
+class Submit:
+    """One submit the model makes: the same and other inputs, tenants, lanes, request keys,
+    deadlines, and inputs whose first calls fail."""
+
+    kind: str
+    tenant: str
+    n: int
+    fails: int
+    lane: str
+    keyed: bool
+    deadline: float | None
+
+
+SUBMITS = st.builds(
+    Submit,
+    kind=st.sampled_from(sorted(KINDS)),
+    tenant=st.sampled_from(TENANTS),
+    n=st.integers(0, 2),
+    fails=st.integers(0, 2),
+    lane=st.sampled_from(["background", "interactive"]),
+    keyed=st.booleans(),
+    deadline=st.sampled_from([None, None, 2.0, 5.0]),
+)
+
+
 @dataclass
 class Submitted:
     id: str
@@ -323,41 +349,36 @@ class LedgerModel(RuleBasedStateMachine):
         return self.process.fw
 
     # -- steps --------------------------------------------------------------------------------
-    @initialize()
-    def nothing_yet(self) -> None:
-        assert self.process is not None
+    @initialize(first=st.lists(SUBMITS, min_size=2, max_size=6))
+    def submit_a_few(self, first: list[Submit]) -> None:
+        """Every example starts with work to do."""
+        for one in first:
+            self._submit(one)
 
-    @rule(
-        kind=st.sampled_from(sorted(KINDS)),
-        tenant=st.sampled_from(TENANTS),
-        n=st.integers(0, 2),
-        fails=st.integers(0, 2),
-        interactive=st.booleans(),
-        keyed=st.booleans(),
-        deadline=st.sampled_from([None, None, 2.0, 5.0]),
-    )
-    def submit(
-        self,
-        kind: str,
-        tenant: str,
-        n: int,
-        fails: int,
-        interactive: bool,
-        keyed: bool,
-        deadline: float | None,
-    ) -> None:
-        value = {"n": n, "fails": fails}
-        key = f"{kind}-{n}-{fails}-{deadline}-{interactive}" if keyed else None
-        lane = "interactive" if interactive else "background"
+    @rule(one=SUBMITS)
+    def submit(self, one: Submit) -> None:
+        self._submit(one)
+
+    def _submit(self, one: Submit) -> None:
+        value = {"n": one.n, "fails": one.fails}
+        key = f"{one.kind}-{one.n}-{one.fails}-{one.deadline}-{one.lane}" if one.keyed else None
         try:
             task = self.run(
-                self.fw.submit(kind, value, lane=lane, key=key, tenant=tenant, deadline_s=deadline)
+                self.fw.submit(
+                    one.kind,
+                    value,
+                    lane=one.lane,
+                    key=key,
+                    tenant=one.tenant,
+                    deadline_s=one.deadline,
+                )
             )
         except AdmissionRefused:
             return  # not accepted: nothing to keep
-        if key is not None:
-            assert self.keys.setdefault((tenant, key), task.id) == task.id
-        self.tasks[task.id] = Submitted(task.id, kind, tenant, work_of(kind, tenant, value))
+        if key is not None:  # the same request key, the same task
+            assert self.keys.setdefault((one.tenant, key), task.id) == task.id
+        work = work_of(one.kind, one.tenant, value)
+        self.tasks[task.id] = Submitted(task.id, one.kind, one.tenant, work)
         self.run(settle())
 
     @rule(seconds=st.sampled_from([0.5, 1.0, 2.0, 4.0, 12.0]))
@@ -486,6 +507,7 @@ class LedgerModel(RuleBasedStateMachine):
         for status in sorted({t.status.value for t in tasks}):
             event(f"some task ended {status}")  # what the examples reached
         event(f"calls charged: {min(sum(self.provider.charges.values()), 10)}+")
+        event(f"tasks: {min(len(self.tasks), 10)}+")
         for task in tasks:
             self._check_task(task, found)
             if task.status in (Status.SUCCEEDED, Status.DEDUPED):
@@ -509,10 +531,16 @@ MODEL_SETTINGS = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 
-TestSqliteModel = SqliteModel.TestCase
-TestSqliteModel.settings = MODEL_SETTINGS
+#: the whole run is one test: a guard against hangs that grows with the examples asked for
+RUN_TIMEOUT = pytest.mark.timeout(60 + 30 * EXAMPLES)
 
 
+@RUN_TIMEOUT
+class TestSqliteModel(SqliteModel.TestCase):  # type: ignore[name-defined,misc]
+    settings = MODEL_SETTINGS
+
+
+@RUN_TIMEOUT
 @pytest.mark.skipif(postgres_unavailable() is not None, reason=str(postgres_unavailable()))
 class TestPostgresModel(PostgresModel.TestCase):  # type: ignore[name-defined,misc]
     settings = MODEL_SETTINGS
