@@ -457,10 +457,12 @@ class LedgerModel(RuleBasedStateMachine):
             assert charged <= allowed, f"{work} billed {charged} times"
 
     @invariant()
-    def nothing_crosses_a_tenant(self) -> None:
+    def nothing_lost_nor_crossing_a_tenant(self) -> None:
         if self.process is None:
             return
         tasks = self._ledger()
+        lost = sorted(set(self.tasks) - set(tasks))
+        assert lost == [], f"accepted, not in the ledger: {lost}"
         for task in tasks.values():
             self._check_task(task, tasks)
 
