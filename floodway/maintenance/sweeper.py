@@ -187,6 +187,7 @@ class Sweeper:
         error = ErrorInfo(ErrorClass.TIMEOUT, "deadline", "the task's deadline passed")
         for task in await runtime.store.past_deadline(runtime.clock.now(), self.batch):
             running = task.status is Status.RUNNING
+            now = runtime.clock.now()
             item = Completion(
                 task.id,
                 Status.TIMEOUT,
@@ -198,13 +199,13 @@ class Sweeper:
                 # a call in flight goes on: its worker closes the attempt, keeping a late
                 # success for the same work, and gives the provider slot back then
                 keep_attempt=running and not task.parked,
+                # a parked task's job may go on at the provider (nobody asked it to stop): its
+                # attempt stays open, and its slot taken, as long as a call may run
+                orphan_until=now + self._longest_call(task) if task.parked else None,
             )
-            now = runtime.clock.now()
             (applied,) = await runtime.store.complete([item], now)
-            if applied.applied and task.parked:
-                # the upstream job was given up on, but the provider may still be running it
-                # (nobody asked it to stop): its slot stays taken as long as a call may run
-                await runtime.admission.hold(self._permit(task), now + self._longest_call(task))
+            if applied.applied and item.orphan_until is not None:
+                await runtime.admission.hold(self._permit(task), item.orphan_until)
             count += applied.applied
         return count
 

@@ -377,15 +377,17 @@ async def test_a_job_given_up_on_keeps_its_provider_slot_while_it_may_run(
     assert peak == 1 and len(jobs) == 2
 
 
-@pytest.mark.parametrize("before", ["parked", "cancelled"])
+@pytest.mark.parametrize("before", ["parked", "cancelled", "past_deadline"])
 async def test_a_restart_holds_the_slots_of_jobs_still_running_upstream(
     db_url: str, clock: FakeClock, before: str
 ) -> None:
     """The embedded default's limits live in the process. A process dies while an upstream job
-    it started runs at the provider (its task parked, or cancelled but the job not stoppable);
-    the process started in its place must count that job. Cap 1: nothing starts beside it."""
+    it started runs at the provider (its task parked, or ended by a cancel or by its deadline,
+    the job not stoppable); the process started in its place must count that job. Cap 1:
+    nothing starts beside it."""
     jobs: dict[str, float] = {}  # job -> when the provider finishes it
     peak = 0
+    first_poll = 100.0 if before == "past_deadline" else 5.0  # the sweeper ends it, no poll
 
     def running() -> int:
         return sum(1 for ends in jobs.values() if ends > clock.now())
@@ -404,7 +406,7 @@ async def test_a_restart_holds_the_slots_of_jobs_still_running_upstream(
             jobs.setdefault(ctx.work_key, clock.now() + 30)  # it cannot be cancelled
             peak = max(peak, running())
             await ctx.set_upstream_ref(ctx.work_key)
-            return Parked(ctx.work_key, clock.now() + 5)
+            return Parked(ctx.work_key, clock.now() + first_poll)
 
         return fw
 
@@ -412,13 +414,15 @@ async def test_a_restart_holds_the_slots_of_jobs_still_running_upstream(
     async with AsyncExitStack() as process:
         process.push_async_callback(first.close)
         await process.enter_async_context(first.worker())
-        task = await first.submit("gen", {"n": 1})
+        deadline = 3.0 if before == "past_deadline" else None
+        task = await first.submit("gen", {"n": 1}, deadline_s=deadline)
         while not (await first.get(task.id)).parked:
             await clock.advance(0.1)
         if before == "cancelled":
             await first.cancel(task.id)
-            await clock.advance(1)
-            assert (await first.get(task.id)).status is Status.CANCELLED
+        await clock.advance(5 if deadline else 1)
+        ended = {"cancelled": Status.CANCELLED, "past_deadline": Status.TIMEOUT}
+        assert (await first.get(task.id)).status is ended.get(before, Status.RUNNING)
         await first.store.close()  # killed: nothing more of it reaches the ledger
     second = app()
     async with second, second.worker():
