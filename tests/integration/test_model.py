@@ -46,8 +46,7 @@ from floodway import (
 )
 from floodway.config import ResourceConfig, TenantConfig
 from floodway.store.base import TaskQuery
-from floodway.store.sqlite import SqliteStore
-from floodway.testing import FakeClock, settle
+from floodway.testing import FakeClock, settle, sever
 from floodway.worker.callbacks import apply_callback
 from harness.pg import fresh_schema, postgres_unavailable, schema_url
 
@@ -265,13 +264,7 @@ class Process:
         """As SIGKILL would: from this instant nothing of this process reaches the ledger
         (a closed store refuses every later read and write), its liveness lock is free as the
         kernel or the server would free it, and then its coroutines are torn down."""
-        store = self.fw.store
-        if isinstance(store, SqliteStore) and store._liveness is not None:
-            # The kernel frees the lock and leaves the file; a clean close would also delete
-            # the file, which peers read as "never judged", not as dead.
-            os.close(store._liveness)
-            store._liveness = None
-        await store.close()
+        await sever(self.fw)
         await self.stack.aclose()
 
     async def stop(self) -> None:
