@@ -20,6 +20,7 @@ Tasks past their deadline end as ``timeout``; a task whose call is running keeps
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -141,7 +142,13 @@ class Sweeper:
             # once: nothing the provider said asks for a pause (the attempt still counts, so
             # a task that kills every worker that runs it ends dead).
             lost = ErrorInfo(ErrorClass.RETRYABLE, "worker_lost", message)
-            return runtime.policy.decide(task, Failed(lost, retry_after=0.0), now)
+            item = runtime.policy.decide(task, Failed(lost, retry_after=0.0), now)
+            if item.to in TERMINAL:
+                # Out of attempts: nothing resubmits the work to take the call over, so the
+                # ledger keeps its attempt open until the call could have ended (a process
+                # started after this one dies still holds its slot).
+                item = dataclasses.replace(item, orphan_until=max(bound, now))
+            return item
         interrupted = ErrorInfo(ErrorClass.INTERRUPTED, "worker_lost", message)
         return from_running(task, Status.FAILED, error=interrupted, orphan_until=max(bound, now))
 
