@@ -120,11 +120,16 @@ class KindSpec:
         scope = GLOBAL_SCOPE if self.share == "global" else tenant_scope(tenant)
         return fingerprint(self.name, self.version, value, scope)
 
+    @property
+    def longest_call_s(self) -> float:
+        """How long one call may run at the provider, at the longest: the kind's timeout."""
+        return self.timeout_s if self.timeout_s is not None else UNBOUNDED_CALL_S
+
     def call_ends_by(self, task: Task) -> float:
         """When the task's current call will have ended at the latest: its start plus this
         kind's timeout (an adapter's HTTP timeout)."""
         started = task.attempt_at if task.attempt_at is not None else task.updated_at
-        return started + (self.timeout_s if self.timeout_s is not None else UNBOUNDED_CALL_S)
+        return started + self.longest_call_s
 
     def estimate(self, value: JSON) -> float:
         if self.cost is None:

@@ -5,6 +5,8 @@
 - :class:`SimulatedProvider`: an in-process stand-in for a billed provider, with latency, an
   error mix and a charge ledger keyed by idempotency key (it honours the key, as real
   providers do, so the same work is billed once).
+- :func:`sever`: cut a ``Floodway`` off its ledger as SIGKILL would, to test recovery in
+  one process.
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import os
 import random
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from floodway.app import Floodway
 from floodway.context import Context
 from floodway.core.errors import FatalError, InvalidOutput, RetryableError
+from floodway.store.sqlite import SqliteStore
 
 
 class FakeClock:
@@ -119,3 +124,17 @@ class SimulatedProvider:
     @property
     def double_charged(self) -> list[str]:
         return [k for k, n in self.ledger.items() if n > 1]
+
+
+async def sever(fw: Floodway) -> None:
+    """Cut ``fw`` off its ledger as SIGKILL would cut its process: from now on nothing it does
+    reaches the ledger (a closed store refuses every read and write), and its liveness lock is
+    free as the kernel or the database server frees it, so peers see it dead. Then tear its
+    workers down (their writes fail) and close it."""
+    store = fw.store
+    if isinstance(store, SqliteStore) and store._liveness is not None:
+        # The kernel frees the lock and leaves the file; a clean close also deletes the file,
+        # which peers read as "never judged", not as dead.
+        os.close(store._liveness)
+        store._liveness = None
+    await store.close()

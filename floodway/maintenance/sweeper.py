@@ -20,6 +20,7 @@ Tasks past their deadline end as ``timeout``; a task whose call is running keeps
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from floodway.core.owners import identity_of
 from floodway.core.spend import Charge
 from floodway.core.states import TERMINAL, Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task
-from floodway.kinds import KindSpec
+from floodway.kinds import UNBOUNDED_CALL_S, KindSpec
 from floodway.limits.base import Permit
 from floodway.runtime import Runtime
 
@@ -143,7 +144,13 @@ class Sweeper:
             # once: nothing the provider said asks for a pause (the attempt still counts, so
             # a task that kills every worker that runs it ends dead).
             lost = ErrorInfo(ErrorClass.RETRYABLE, "worker_lost", message)
-            return runtime.policy.decide(task, Failed(lost, retry_after=0.0), now)
+            item = runtime.policy.decide(task, Failed(lost, retry_after=0.0), now)
+            if item.to in TERMINAL:
+                # Out of attempts: nothing resubmits the work to take the call over, so the
+                # ledger keeps its attempt open until the call could have ended (a process
+                # started after this one dies still holds its slot).
+                item = dataclasses.replace(item, orphan_until=max(bound, now))
+            return item
         interrupted = ErrorInfo(ErrorClass.INTERRUPTED, "worker_lost", message)
         return from_running(task, Status.FAILED, error=interrupted, orphan_until=max(bound, now))
 
@@ -196,6 +203,7 @@ class Sweeper:
         error = ErrorInfo(ErrorClass.TIMEOUT, "deadline", "the task's deadline passed")
         for task in await runtime.store.past_deadline(runtime.clock.now(), self.batch):
             running = task.status is Status.RUNNING
+            now = runtime.clock.now()
             item = Completion(
                 task.id,
                 Status.TIMEOUT,
@@ -207,13 +215,19 @@ class Sweeper:
                 # a call in flight goes on: its worker closes the attempt, keeping a late
                 # success for the same work, and gives the provider slot back then
                 keep_attempt=running and not task.parked,
+                # a parked task's job may go on at the provider (nobody asked it to stop): its
+                # attempt stays open, and its slot taken, as long as a call may run
+                orphan_until=now + self._longest_call(task) if task.parked else None,
             )
-            (applied,) = await runtime.store.complete([item], runtime.clock.now())
-            if applied.applied and task.parked:
-                # the upstream job was given up on: its provider slot is free
-                await runtime.admission.release_slots(self._permit(task))
+            (applied,) = await runtime.store.complete([item], now)
+            if applied.applied and item.orphan_until is not None:
+                await runtime.admission.hold(self._permit(task), item.orphan_until)
             count += applied.applied
         return count
+
+    def _longest_call(self, task: Task) -> float:
+        kinds = self.runtime.kinds
+        return kinds.get(task.kind).longest_call_s if task.kind in kinds else UNBOUNDED_CALL_S
 
     def _permit(self, task: Task) -> Permit:
         return self.runtime.admission.permit_for(

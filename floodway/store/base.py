@@ -326,7 +326,7 @@ class Store(Protocol):
     # -- recovery and maintenance -----------------------------------------------------------
     async def open_attempts(self, limit: int) -> list[Task]:
         """Tasks with an attempt still open (a call that may be running at the provider):
-        running ones, and ended ones whose call goes on."""
+        running ones (parked on an upstream job included), and ended ones whose call goes on."""
         ...
 
     async def lease_owners(self) -> list[str]:

@@ -298,9 +298,12 @@ def record_saved(pairs: Sequence[tuple[str, str]], now: float) -> Rule[None]:
 # -- the work rule --------------------------------------------------------------------------
 
 
-def claim_work(task: Task, fp: str, now: float) -> Rule[Task]:
+def claim_work(task: Task, fp: str, now: float, before: Task | None = None) -> Rule[Task]:
     """A queued task and its work: own the fingerprint, or take the result of the same work
-    that succeeded, or wait for the same work in flight and lend it this task's lane."""
+    that succeeded, or wait for the same work in flight and lend it this task's lane.
+
+    ``before``: a retried task as it was before its retry (its row no longer holds the result
+    of its last call, which may be the work's success: a late one, kept after it ended)."""
     while True:
         if (yield from count("claim_fingerprint", fingerprint=fp, task_id=task.id, now=now)):
             return task
@@ -310,9 +313,13 @@ def claim_work(task: Task, fp: str, now: float) -> Rule[Task]:
         if owner is not None:
             break
         # The owner ended without heirs and dropped the row meanwhile: claim it again.
-    same_tenant = owner["tenant"] == task.tenant
+    own = owner["task_id"] == task.id
+    same_tenant = owner["tenant"] == task.tenant and not own
     if owner["state"] == "succeeded":
-        source = yield from load(owner["task_id"])
+        if own and before is not None:
+            source = before
+        else:
+            source = yield from load(owner["task_id"])
         check_transition(Status.QUEUED, Status.DEDUPED)
         yield from count(
             "mark_deduped",
@@ -321,9 +328,17 @@ def claim_work(task: Task, fp: str, now: float) -> Rule[Task]:
             result=dumps(source.result),
             now=now,
         )
-        detail = f"result of {source.id}" if same_tenant else f"result of {SHARED}"
+        detail = (
+            "result of its own last call"
+            if own
+            else f"result of {source.id}"
+            if same_tenant
+            else f"result of {SHARED}"
+        )
         yield from event(task.id, Status.DEDUPED, now, 0, detail)
         yield from record_saved([(task.id, source.id)], now)
+    elif own:  # the work is this task's already: it runs it
+        return task
     else:
         primary = owner["task_id"]
         yield from count(
@@ -623,7 +638,7 @@ def manual_retry(
     yield from event(task_id, Status.QUEUED, now, 0, "manual retry")
     retried = yield from load(task_id)
     if task.fingerprint is not None:
-        retried = yield from claim_work(retried, task.fingerprint, now)
+        retried = yield from claim_work(retried, task.fingerprint, now, before=task)
     if budget is not None and retried.spend_hold > 0 and not retried.terminal:
         # Queued again, the task holds its estimate again: as a new submission would.
         yield from _check_budget(task.tenant, budget, now, retried.spend_hold)

@@ -77,11 +77,17 @@ async def finish_upstream(
 ) -> bool:
     """Write ``item`` for a task waiting on an upstream job; True if this write landed. Only
     the write that lands releases the provider slot and runs the follow-ups (fallback, alerts):
-    the loser of a webhook/poll race must not settle the same permit twice."""
-    applied = (await runtime.store.complete([item], runtime.clock.now()))[0]
+    the loser of a webhook/poll race must not settle the same permit twice. A task given up on
+    while its job may still run (``item.orphan_until``) keeps the job's slot until then."""
+    now = runtime.clock.now()
+    applied = (await runtime.store.complete([item], now))[0]
     if not applied.applied:
         return False
-    settlement = Settlement(actual_cost=usage, headers=dict(headers or {}))
+    settlement = Settlement(
+        actual_cost=usage,
+        headers=dict(headers or {}),
+        still_running_s=None if item.orphan_until is None else item.orphan_until - now,
+    )
     await runtime.admission.settle(permit_of(runtime, task), settlement, runtime.clock.now())
     await runtime.after_completion(task, item, applied)
     return True
@@ -244,9 +250,10 @@ class UpstreamPoller:
             await self._hand_back(task, "parked without an upstream job to poll")
             return
         if task.cancel_requested:
-            await self._cancel_upstream(spec, ctx, ref)
+            stopped = await self._cancel_upstream(spec, ctx, ref)
             error = ErrorInfo(ErrorClass.CANCELLED, "cancelled", "cancelled while waiting upstream")
-            await finish_upstream(runtime, task, self._write(task, Status.CANCELLED, error=error))
+            item = self._give_up_on(task, spec, stopped, Status.CANCELLED, error)
+            await finish_upstream(runtime, task, item)
             return
         # "Still running" is news as of when we asked: the next gap counts from then, so a slow
         # answer does not push the next poll (and the detection lag) further out.
@@ -331,14 +338,21 @@ class UpstreamPoller:
     async def _give_up(
         self, task: Task, spec: KindSpec, ctx: Context, ref: str, kind: str, message: str
     ) -> None:
-        await self._cancel_upstream(spec, ctx, ref)  # stop paying for work nobody will read
+        stopped = await self._cancel_upstream(spec, ctx, ref)  # stop paying for unread work
         error = ErrorInfo(ErrorClass.TIMEOUT, kind, message)
-        await finish_upstream(
-            self.runtime,
-            task,
-            self._write(task, Status.TIMEOUT, error=error),
-            headers=ctx.response_headers,
-        )
+        item = self._give_up_on(task, spec, stopped, Status.TIMEOUT, error)
+        await finish_upstream(self.runtime, task, item, headers=ctx.response_headers)
+
+    def _give_up_on(
+        self, task: Task, spec: KindSpec, stopped: bool, to: Status, error: ErrorInfo
+    ) -> Completion:
+        """End a task whose job the provider may go on running unless it said it stopped it:
+        then the attempt stays open as long as one call of the kind may run (its slot stays
+        taken, in this process and in the one started after a crash, and the same work waits
+        for it, with a last look-up for its late success)."""
+        now = self.runtime.clock.now()
+        orphan_until = None if stopped else now + spec.longest_call_s
+        return self._write(task, to, error=error, orphan_until=orphan_until)
 
     async def _hand_back(self, task: Task, message: str) -> None:
         error = ErrorInfo(ErrorClass.INTERRUPTED, "not_pollable", message)
@@ -351,13 +365,15 @@ class UpstreamPoller:
         )
         await finish_upstream(self.runtime, task, item)
 
-    async def _cancel_upstream(self, spec: KindSpec, ctx: Context, ref: str) -> None:
+    async def _cancel_upstream(self, spec: KindSpec, ctx: Context, ref: str) -> bool:
+        """Ask the provider to stop the job: True if it said it did."""
         if spec.poll is None:
-            return
+            return False
         try:
-            await spec.poll.cancel(ctx, ref)
+            return await spec.poll.cancel(ctx, ref)
         except Exception as exc:  # best effort: the task ends either way
             log.info("task %s: cancelling upstream job %s failed: %s", ctx.task_id, ref, exc)
+            return False
 
     @staticmethod
     def _write(task: Task, to: Status, **fields: Any) -> Completion:

@@ -159,10 +159,13 @@ class Worker:
         for task in await runtime.store.open_attempts(OPEN_ATTEMPTS_HELD):
             if task.kind not in runtime.kinds:
                 continue
-            if task.lease_owner is None:  # its worker died: held until its call could end
+            spec = runtime.kinds.get(task.kind)
+            if task.parked:  # its job runs upstream: held until its poll or callback ends it
+                until = runtime.clock.now() + UNBOUNDED_CALL_S
+            elif task.lease_owner is None:  # its worker died: held until its call could end
                 until = task.lease_expires_at or runtime.clock.now()
             else:
-                until = runtime.kinds.get(task.kind).call_ends_by(task)
+                until = spec.call_ends_by(task)
             permit = runtime.admission.permit_for(
                 task.id, task.kind, task.tenant, task.cost_estimated
             )
@@ -344,7 +347,7 @@ class Worker:
             throttled=failed is not None and failed.throttled,
             retry_after=None if failed is None else failed.retry_after,
             headers=run.ctx.response_headers,
-            still_running_s=(spec.timeout_s or UNBOUNDED_CALL_S) if in_progress else None,
+            still_running_s=spec.longest_call_s if in_progress else None,
             reason=f"{failed.error.type}: {failed.error.message}" if failed is not None else "",
         )
         await asyncio.shield(self._finish(run, item, settlement))

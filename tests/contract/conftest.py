@@ -7,8 +7,6 @@ The PostgreSQL half is skipped, with the reason shown, when no server answers.
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -16,27 +14,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from floodway.store.base import Store
 from floodway.store.postgres import PostgresStore
 from floodway.store.sqlite import SqliteStore
+from harness.pg import PG_URL, fresh_schema, postgres_unavailable
 
-PG_URL = os.environ.get("FLOODWAY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 BACKENDS = ["sqlite", "postgres"]
-
-_pg_down: str | None = None  # why PostgreSQL is unusable, once we know
-
-
-def _postgres_unavailable() -> str | None:
-    global _pg_down
-    if _pg_down is None:
-        try:
-            psycopg.connect(PG_URL, connect_timeout=3).close()
-            _pg_down = ""
-        except psycopg.Error as exc:
-            _pg_down = f"PostgreSQL at {PG_URL} is unavailable: {exc}"
-    return _pg_down or None
 
 
 @dataclass(frozen=True)
@@ -82,14 +66,11 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterato
     if request.param == "sqlite":
         yield Backend("sqlite", f"sqlite:///{tmp_path}/t.db")
         return
-    reason = _postgres_unavailable()
+    reason = postgres_unavailable()
     if reason:
         pytest.skip(reason)
-    schema = f"fw_test_{uuid.uuid4().hex[:12]}"
-    yield Backend("postgres", PG_URL, schema)
-    async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
-        drop = sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
-        await conn.execute(drop)
+    async with fresh_schema() as schema:
+        yield Backend("postgres", PG_URL, schema)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from contextlib import AsyncExitStack
 from typing import Any
 
 import pytest
@@ -19,13 +20,14 @@ from floodway import (
     Context,
     Floodway,
     RetryableError,
+    Settings,
     Status,
     SubmitRequest,
 )
 from floodway.core.outcome import from_running
 from floodway.core.task import ErrorClass, ErrorInfo
 from floodway.store.base import ClaimParams
-from floodway.testing import FakeClock
+from floodway.testing import FakeClock, sever
 
 
 class Provider:
@@ -241,3 +243,74 @@ async def test_request_keys_and_work_are_per_tenant(fw: Floodway, provider: Prov
     b = await fw.submit_request(SubmitRequest("img", {"prompt": "hi"}, key="k"), tenant="b")
     assert not a.reused and not b.reused and a.task.id != b.task.id
     assert b.task.waits_for is None  # not waiting on another tenant's work
+
+
+async def test_a_retry_after_a_late_success_takes_that_result(
+    fw: Floodway, clock: FakeClock, provider: Provider
+) -> None:
+    """The task timed out mid-call and its call's late success was kept: the work is done, by
+    this very task. Retrying it takes that result, without a call and without naming itself
+    as its own duplicate."""
+    provider.hold.clear()
+    async with fw.worker():
+        a = await fw.submit("img", {"prompt": "stool"}, deadline_s=1)
+        await asyncio.wait_for(provider.started.wait(), 10)
+        await clock.advance(2)
+        provider.hold.set()
+        await clock.advance(2)
+        timed_out = await fw.wait(a.id, timeout=10)
+        assert timed_out.status is Status.TIMEOUT and timed_out.result is not None
+        retried = await fw.retry(a.id)
+    assert retried.status is Status.DEDUPED and retried.result == timed_out.result
+    assert retried.duplicate_of is None
+    assert provider.total == 1
+
+
+async def test_a_restart_holds_the_slot_of_a_dead_letters_call_still_running(
+    db_url: str, clock: FakeClock
+) -> None:
+    """A process dies mid-call (the provider honours keys and goes on with the call); the next
+    one finds the task out of attempts (dead) and dies in turn. The third must still count the
+    call until it could have ended: cap 1, nothing starts beside it."""
+    calls: list[float] = []  # when each call the provider took ends, whoever still listens
+    peak = 0
+
+    async def handler(ctx: Context, value: dict[str, Any]) -> dict[str, Any]:
+        nonlocal peak
+        calls.append(clock.now() + 30)
+        peak = max(peak, sum(1 for ends in calls if ends > clock.now()))
+        await clock.sleep(30)
+        return {"image": value["prompt"]}
+
+    def process() -> Floodway:
+        settings = Settings(database=db_url, resources={"api": {"concurrency": 1}})
+        fw = Floodway(settings=settings, clock=clock)
+        fw.kind("img", resource="api", max_attempts=1, idempotent=True, timeout_s=60)(handler)
+        return fw
+
+    first = process()
+    async with AsyncExitStack() as alive:
+        alive.push_async_callback(first.close)
+        await alive.enter_async_context(first.worker(grace_s=0))
+        task = await first.submit("img", {"prompt": "bench"})
+        while not calls:
+            await clock.advance(0.1)
+        await sever(first)
+    second = process()
+    async with AsyncExitStack() as alive:
+        alive.push_async_callback(second.close)
+        # it reconciles the dead one's task as it starts
+        await alive.enter_async_context(second.worker(grace_s=0))
+        assert (await second.get(task.id)).status is Status.DEAD
+        await sever(second)
+    third = process()
+    async with third, third.worker(grace_s=0):
+        other = await third.submit("img", {"prompt": "lamp"})
+        await clock.advance(5)  # the first call runs on at the provider
+        assert (await third.get(other.id)).status is Status.QUEUED
+        for _ in range(30):
+            if (await third.get(other.id)).status is not Status.QUEUED:
+                break
+            await clock.advance(5)
+        assert (await third.get(other.id)).status is not Status.QUEUED
+    assert peak == 1 and len(calls) == 2

@@ -8,19 +8,20 @@ import json
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request, Response
 
-from floodway import ErrorClass, Floodway, Settings, Status, Task
+from floodway import Context, ErrorClass, Floodway, Parked, Settings, Status, Task
 from floodway.core.backoff import Backoff
 from floodway.providers.registry import aclose_kinds
 from floodway.providers.sim import SimulatorConfig, running_simulator, serve_app
 from floodway.retry import RetryPolicy
 from floodway.signing import WebhookSignatureError, sign, verify
 from floodway.store.base import TaskQuery
+from floodway.testing import FakeClock
 from floodway.worker.callbacks import Applied, apply_callback
 
 SCHEMA = {"type": "object", "required": ["url"]}
@@ -346,6 +347,121 @@ async def test_a_failed_job_is_submitted_again_by_the_next_attempt(db_url: str) 
     assert Counter(t.status for t in done) == {Status.SUCCEEDED: 10}
     assert sim.state.stats.errors_5xx >= 1  # some jobs failed upstream and were redone
     assert sim.state.ledger.total == 10  # failed jobs are refunded: each task billed once
+
+
+@pytest.mark.parametrize("end", ["cancel", "poll_deadline", "sweeper_deadline"])
+async def test_a_job_given_up_on_keeps_its_provider_slot_while_it_may_run(
+    db_url: str, clock: FakeClock, end: str
+) -> None:
+    """A parked task ends (cancelled, or past its deadline) but its provider cannot be asked to
+    stop the job: the job goes on at the provider, so its slot must stay taken. Cap 1: the next
+    task may not start beside it."""
+    fw = Floodway(
+        settings=Settings(database=db_url, resources={"gpu": {"concurrency": 1}}), clock=clock
+    )
+    jobs: dict[str, float] = {}  # job -> when the provider finishes it
+    peak = 0
+
+    def running() -> int:
+        return sum(1 for ends in jobs.values() if ends > clock.now())
+
+    async def poll(ctx: Context, ref: str) -> tuple[str, Any]:
+        return ("done", {"job": ref}) if jobs[ref] <= clock.now() else ("running", None)
+
+    # a poll at the deadline itself (the poller gives up) or long after it (the sweeper does)
+    first_poll = 1.0 if end == "poll_deadline" else 100.0
+
+    @fw.kind(
+        "gen", resource="gpu", deadline_s=None, timeout_s=40, poll=poll, poll_after_s=first_poll
+    )
+    async def gen(ctx: Context, value: Any) -> Parked:
+        nonlocal peak
+        jobs[ctx.work_key] = clock.now() + 30  # no way to cancel it: it runs its 30 s
+        peak = max(peak, running())
+        await ctx.set_upstream_ref(ctx.work_key)
+        return Parked(ctx.work_key, clock.now() + first_poll)
+
+    deadline = None if end == "cancel" else 3.0
+    async with fw, fw.worker():
+        first = await fw.submit("gen", {"n": 1}, deadline_s=deadline)
+        while not (await fw.get(first.id)).parked:
+            await clock.advance(0.1)
+        if end == "cancel":
+            await fw.cancel(first.id)
+        await clock.advance(5)
+        ended = await fw.get(first.id)
+        assert ended.status is (Status.CANCELLED if end == "cancel" else Status.TIMEOUT)
+        second = await fw.submit("gen", {"n": 2})
+        await clock.advance(5)  # the first job still runs at the provider
+        assert (await fw.get(second.id)).status is Status.QUEUED
+        assert peak == 1
+        for _ in range(20):  # until the held slot lapses (the kind's timeout) and the second
+            # task gets it
+            if (await fw.get(second.id)).status is not Status.QUEUED:
+                break
+            await clock.advance(5)
+        assert (await fw.get(second.id)).parked
+    assert peak == 1 and len(jobs) == 2
+
+
+@pytest.mark.parametrize("before", ["parked", "cancelled", "past_deadline"])
+async def test_a_restart_holds_the_slots_of_jobs_still_running_upstream(
+    db_url: str, clock: FakeClock, before: str
+) -> None:
+    """The embedded default's limits live in the process. A process dies while an upstream job
+    it started runs at the provider (its task parked, or ended by a cancel or by its deadline,
+    the job not stoppable); the process started in its place must count that job. Cap 1:
+    nothing starts beside it."""
+    jobs: dict[str, float] = {}  # job -> when the provider finishes it
+    peak = 0
+    first_poll = 100.0 if before == "past_deadline" else 5.0  # the sweeper ends it, no poll
+
+    def running() -> int:
+        return sum(1 for ends in jobs.values() if ends > clock.now())
+
+    def app() -> Floodway:
+        fw = Floodway(
+            settings=Settings(database=db_url, resources={"gpu": {"concurrency": 1}}), clock=clock
+        )
+
+        async def poll(ctx: Context, ref: str) -> tuple[str, Any]:
+            return ("done", {"job": ref}) if jobs[ref] <= clock.now() else ("running", None)
+
+        @fw.kind("gen", resource="gpu", deadline_s=None, timeout_s=40, poll=poll, poll_after_s=5)
+        async def gen(ctx: Context, value: Any) -> Parked:
+            nonlocal peak
+            jobs.setdefault(ctx.work_key, clock.now() + 30)  # it cannot be cancelled
+            peak = max(peak, running())
+            await ctx.set_upstream_ref(ctx.work_key)
+            return Parked(ctx.work_key, clock.now() + first_poll)
+
+        return fw
+
+    first = app()
+    async with AsyncExitStack() as process:
+        process.push_async_callback(first.close)
+        await process.enter_async_context(first.worker())
+        deadline = 3.0 if before == "past_deadline" else None
+        task = await first.submit("gen", {"n": 1}, deadline_s=deadline)
+        while not (await first.get(task.id)).parked:
+            await clock.advance(0.1)
+        if before == "cancelled":
+            await first.cancel(task.id)
+        await clock.advance(5 if deadline else 1)
+        ended = {"cancelled": Status.CANCELLED, "past_deadline": Status.TIMEOUT}
+        assert (await first.get(task.id)).status is ended.get(before, Status.RUNNING)
+        await first.store.close()  # killed: nothing more of it reaches the ledger
+    second = app()
+    async with second, second.worker():
+        other = await second.submit("gen", {"n": 2})
+        await clock.advance(5)
+        assert (await second.get(other.id)).status is Status.QUEUED  # the first job runs on
+        for _ in range(20):
+            if (await second.get(other.id)).status is not Status.QUEUED:
+                break
+            await clock.advance(5)
+        assert (await second.get(other.id)).parked
+    assert peak == 1 and len(jobs) == 2
 
 
 # -- signatures --------------------------------------------------------------------------------

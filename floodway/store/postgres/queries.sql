@@ -308,8 +308,10 @@ UPDATE tasks SET status = %(to)s, result = %(result)s::text, error = %(error)s::
     finished_at = CASE WHEN %(terminal)s::boolean THEN %(now)s::double precision END,
     updated_at = %(now)s,
     lease_owner = CASE WHEN %(keep_attempt)s::boolean THEN lease_owner END,
+    -- a parked task's job has no lease: an orphan of it is named after the task
     lease_token = CASE WHEN %(keep_attempt)s::boolean
-                        OR %(orphan_until)s::double precision IS NOT NULL THEN lease_token END,
+                        OR %(orphan_until)s::double precision IS NOT NULL
+                       THEN COALESCE(lease_token, 'orphan:' || id) END,
     lease_expires_at = CASE WHEN %(keep_attempt)s::boolean THEN lease_expires_at
                             ELSE %(orphan_until)s::double precision END,
     cancel_requested = false, parked = false,
@@ -345,7 +347,7 @@ WITH given AS (
         updated_at = %(now)s,
         lease_owner = CASE WHEN c.keep_attempt THEN tasks.lease_owner END,
         lease_token = CASE WHEN c.keep_attempt OR c.orphan_until IS NOT NULL
-                           THEN tasks.lease_token END,
+                           THEN COALESCE(tasks.lease_token, 'orphan:' || tasks.id) END,
         lease_expires_at = CASE WHEN c.keep_attempt THEN tasks.lease_expires_at
                                 ELSE c.orphan_until END,
         cancel_requested = false, parked = false,
@@ -461,7 +463,8 @@ WHERE id = %(id)s AND callback_state = 'pending';
 -- -- recovery and maintenance -----------------------------------------------------------------
 
 -- name: open_attempts
-SELECT * FROM tasks WHERE lease_token IS NOT NULL ORDER BY lease_expires_at LIMIT %(limit)s;
+SELECT * FROM tasks WHERE lease_token IS NOT NULL OR (status = 'running' AND parked)
+ORDER BY lease_expires_at LIMIT %(limit)s;
 
 -- name: lease_owners
 SELECT DISTINCT lease_owner FROM tasks

@@ -193,7 +193,9 @@ UPDATE tasks SET status = :to, result = :result, error = :error,
     finished_at = CASE WHEN :terminal THEN :now ELSE NULL END,
     updated_at = :now,
     lease_owner = CASE WHEN :keep_attempt THEN lease_owner END,
-    lease_token = CASE WHEN :keep_attempt OR :orphan_until IS NOT NULL THEN lease_token END,
+    -- a parked task's job has no lease: an orphan of it is named after the task
+    lease_token = CASE WHEN :keep_attempt OR :orphan_until IS NOT NULL
+                       THEN COALESCE(lease_token, 'orphan:' || id) END,
     lease_expires_at = CASE WHEN :keep_attempt THEN lease_expires_at ELSE :orphan_until END,
     cancel_requested = 0, parked = 0,
     callback_state = CASE WHEN :terminal AND callback_url IS NOT NULL THEN 'pending'
@@ -294,7 +296,8 @@ WHERE id = :id AND callback_state = 'pending';
 -- -- recovery and maintenance -----------------------------------------------------------------
 
 -- name: open_attempts
-SELECT * FROM tasks WHERE lease_token IS NOT NULL ORDER BY lease_expires_at LIMIT :limit;
+SELECT * FROM tasks WHERE lease_token IS NOT NULL OR (status = 'running' AND parked = 1)
+ORDER BY lease_expires_at LIMIT :limit;
 
 -- name: lease_owners
 SELECT DISTINCT lease_owner FROM tasks
