@@ -38,7 +38,7 @@ from floodway.config import ResourceConfig, load_settings
 from floodway.limits.admission import AdmissionTuning, LimitsAdmission
 from floodway.limits.factory import build_backend
 from floodway.providers.responses import error_for, keep_headers, report_usage
-from harness.processes import spawn_floodway, until
+from harness.processes import answers_healthz, spawn_floodway, until
 
 RESOURCE = "sim"
 KIND = "img"
@@ -314,11 +314,7 @@ class ApiProcess(WorkerProcess):
 
     async def healthy(self) -> bool:
         assert self.proc.poll() is None, f"the API process exited:\n{self.output()}"
-        try:
-            async with httpx.AsyncClient(base_url=self.url, timeout=2) as http:
-                return (await http.get("/healthz")).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return await answers_healthz(self.url)
 
     async def submit_batch(self, kind: str, inputs: list[dict[str, Any]]) -> list[str]:
         """POST /v1/batches: every task in one transaction; their ids, in order."""

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
+import httpx
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -54,3 +56,18 @@ async def until(
         if loop.time() > end:
             raise AssertionError(f"not reached within {timeout:g} s: {what}")
         await asyncio.sleep(0.02)
+
+
+async def answers_healthz(url: str) -> bool:
+    """Whether the floodway server at ``url`` answers ``GET /healthz`` with 200 (not up yet,
+    or gone: False)."""
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=2) as http:
+            return (await http.get("/healthz")).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+async def until_healthy(url: str, timeout: float, what: str = "floodway") -> None:
+    """Wait until the server at ``url`` is up (its ``/healthz`` answers 200)."""
+    await until(lambda: answers_healthz(url), timeout, f"{what} answers /healthz")

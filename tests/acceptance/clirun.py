@@ -13,10 +13,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from floodway.providers.sim import SimulatorConfig, running_simulator
-from harness.processes import ROOT, until
+from harness.processes import ROOT, until_healthy
 
 
 def free_port() -> int:
@@ -82,15 +80,7 @@ max_attempts = {max_attempts}
         )
         url = f"http://127.0.0.1:{port}"
         try:
-            async with httpx.AsyncClient() as client:
-
-                async def up() -> bool:
-                    try:
-                        return (await client.get(f"{url}/healthz")).status_code == 200
-                    except httpx.TransportError:
-                        return False
-
-                await until(up, 20, "floodway serve answers /healthz")
+            await until_healthy(url, 20, "floodway serve")
             env = {"FLOODWAY_URL": url, "FLOODWAY_API_KEY": "secret-key"}
             yield Served(url, tmp, env)
         finally:

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.processes import ROOT, spawn_floodway, until
+from harness.processes import ROOT, spawn_floodway, until, until_healthy
 from tests.acceptance.clirun import Served, cli, free_port, served
 from tests.logdocs import LINE, call_for, log_calls, quoted_lines
 
@@ -197,15 +197,8 @@ resource = "api"
     proc = spawn_floodway(["serve", "--config", str(config), "--port", str(port)], {}, log)
     url = f"http://127.0.0.1:{port}"
     try:
+        await until_healthy(url, 30, "floodway serve")
         async with httpx.AsyncClient(base_url=url) as http:
-
-            async def up() -> bool:
-                try:
-                    return (await http.get("/healthz")).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            await until(up, 30, "floodway serve answers /healthz")
             assert (await http.get("/readyz")).status_code == 503
             submit = {"kind": "img", "input": {"prompt": "waits for Redis"}}
             assert (await http.post("/v1/tasks", json=submit)).status_code == 202

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
-import httpx
 import openai
 import psycopg
 import pytest
@@ -21,7 +20,7 @@ import pytest
 from floodway.serving import serve_app
 from harness.fleet import PG_URL, fresh_database
 from harness.openai_fake import FakeOpenAI
-from harness.processes import ROOT, until
+from harness.processes import ROOT, until, until_healthy
 from tests.acceptance.clirun import free_port
 
 pytestmark = pytest.mark.slow
@@ -70,15 +69,7 @@ models = ["gpt-4o-mini"]
             process("api", "--config", str(config), "--port", str(port), log=api_log)
         )
         await stack.enter_async_context(process("worker", "--config", str(config), log=worker_log))
-        async with httpx.AsyncClient() as probe:
-
-            async def up() -> bool:
-                try:
-                    return (await probe.get(f"{url}/healthz")).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            await until(up, 30, "floodway api answers /healthz")
+        await until_healthy(url, 30, "floodway api")
         client = openai.AsyncOpenAI(base_url=f"{url}/openai/v1", api_key="key-a", max_retries=0)
         stack.push_async_callback(client.close)
         chat = await client.chat.completions.create(
