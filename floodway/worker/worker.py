@@ -101,7 +101,6 @@ class Worker:
         #: the last pass admitted nothing: until then, look at the slot counts before listing
         #: again (None: not blocked)
         self._blocked_until: float | None = None
-        self.claimed = 0
         self.completed = 0
         self.completer = Completer(runtime.store, runtime.clock)
         #: retries this worker scheduled (a heap of due times): the idle wait ends at the
@@ -293,7 +292,6 @@ class Worker:
             if task.cancel_requested:
                 ctx.cancelled.set()
             run.job = asyncio.create_task(self._run(run), name=f"floodway-task-{task.id}")
-        self.claimed += len(tasks)
         confirmed = [permits[t.id] for t in tasks if t.id in permits]
         if confirmed:
             confirm = asyncio.create_task(self._confirm_slots(confirmed))
