@@ -12,6 +12,7 @@ from typing import Any
 from floodway.clock import Clock, SystemClock, wait_event
 from floodway.config import KindConfig, Settings, load_settings
 from floodway.core.errors import ConfigError, TaskNotFound, WaitTimeout
+from floodway.core.retry import RetryPolicy
 from floodway.core.task import SubmitRequest, Submitted, Task
 from floodway.core.upstream import first_poll_after
 from floodway.kinds import (
@@ -29,7 +30,6 @@ from floodway.limits.base import Admission
 from floodway.maintenance.loop import Maintenance
 from floodway.maintenance.sweeper import Sweeper
 from floodway.providers.registry import aclose_kinds
-from floodway.retry import RetryPolicy
 from floodway.runtime import AlertHook, Runtime
 from floodway.store.base import Store, TaskQuery
 from floodway.store.factory import open_store

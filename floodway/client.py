@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -30,19 +30,13 @@ import httpx
 
 from floodway.core.backoff import Backoff
 from floodway.core.errors import (
-    AdmissionRefused,
-    BudgetExceeded,
     FloodwayError,
-    IdempotencyConflict,
-    IllegalTransition,
-    InvalidInput,
-    TaskNotFound,
-    UnknownKind,
     WaitTimeout,
 )
 from floodway.core.states import Status
 from floodway.core.task import SubmitRequest, Submitted, Task
-from floodway.wire import epoch, submit_body, task_from_json
+from floodway.wire.problems import error_from
+from floodway.wire.tasks import epoch, submit_body, task_from_json
 
 __all__ = ["ApiError", "BatchProgress", "BatchSubmitted", "Client", "Page", "StatusEvent"]
 
@@ -322,7 +316,8 @@ class Client:
 
 
 def raise_for_problem(response: httpx.Response) -> None:
-    """Raise the floodway error a problem document describes (no-op on success)."""
+    """Raise the floodway error a problem document describes (no-op on success): the class
+    the library raises for the same error, else :class:`ApiError`."""
     if response.is_success:
         return
     try:
@@ -331,55 +326,10 @@ def raise_for_problem(response: httpx.Response) -> None:
         problem = None
     if not isinstance(problem, dict):
         problem = {"title": response.reason_phrase, "detail": response.text[:500]}
-    slug = str(problem.get("type", "")).rsplit(":", 1)[-1]
-    detail = str(problem.get("detail", ""))
-    if slug == "task-not-found":
-        raise TaskNotFound(str(problem.get("task_id", "")))
-    if slug == "unknown-kind":
-        raise UnknownKind(str(problem.get("kind", "")))
-    if slug == "invalid-input":
-        raise InvalidInput(detail)
-    if slug == "idempotency-conflict":
-        raise IdempotencyConflict(str(problem.get("key", "")), str(problem.get("task_id", "")))
-    if slug == "illegal-transition":
-        raise IllegalTransition(
-            str(problem.get("from_status", "")), str(problem.get("to_status", "")), ""
-        )
-    if slug == "budget-exceeded":
-        raise _budget_exceeded(problem, response)
-    if slug == "admission-refused" or response.status_code == 429:
-        raise AdmissionRefused(
-            str(problem.get("limit", "")), detail, _retry_after(problem, response)
-        )
-    raise ApiError(response.status_code, problem)
-
-
-def _budget_exceeded(problem: Mapping[str, Any], response: httpx.Response) -> BudgetExceeded:
-    def number(name: str) -> float:
-        value = problem.get(name)
-        return float(value) if isinstance(value, int | float) else 0.0
-
-    try:
-        resets_at = datetime.fromisoformat(str(problem.get("resets_at"))).timestamp()
-    except ValueError:
-        resets_at = 0.0
-    wait = _retry_after(problem, response)
-    return BudgetExceeded(
-        str(problem.get("tenant", "")),
-        number("budget"),
-        number("left"),
-        number("estimated"),
-        resets_at,
-        resets_at - wait,
+    error = error_from(
+        problem, response.status_code, response.headers.get("retry-after"), time.time()
     )
-
-
-def _retry_after(problem: Mapping[str, Any], response: httpx.Response) -> float:
-    value = problem.get("retry_after")
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    header = response.headers.get("retry-after", "")
-    return float(header) if header.isdigit() else 1.0
+    raise error if error is not None else ApiError(response.status_code, problem)
 
 
 def _seg(value: str) -> str:

@@ -17,15 +17,15 @@ from floodway.config import Settings
 from floodway.context import Context
 from floodway.core.errors import BudgetExceeded, InvalidInput
 from floodway.core.outcome import Applied, Cancelled, Completion, Failed, Outcome
+from floodway.core.retry import RetryPolicy
 from floodway.core.spend import Charge, Usage
 from floodway.core.states import Status
 from floodway.core.task import Lane, NewTask, SubmitRequest, Task, request_hash
+from floodway.core.validation import check_input
 from floodway.kinds import KindRegistry
 from floodway.limits.base import Admission
 from floodway.pricing import Pricing
-from floodway.retry import RetryPolicy
 from floodway.store.base import Store, TaskChange
-from floodway.validation import check_input
 
 log = logging.getLogger("floodway")
 

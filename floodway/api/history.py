@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Generic, TypeVar
 
-from floodway.aio import stop_task
-from floodway.clock import Clock
+from floodway.clock import Clock, stop_task
 from floodway.core.errors import FloodwayError
 
 log = logging.getLogger("floodway.api")

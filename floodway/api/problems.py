@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
@@ -24,46 +23,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import Scope
 
-from floodway.core.errors import (
-    AdmissionRefused,
-    AttemptStillOpen,
-    BudgetExceeded,
-    ConfigError,
-    FloodwayError,
-    IdempotencyConflict,
-    IllegalTransition,
-    InvalidInput,
-    LimiterUnavailable,
-    TaskNotFound,
-    Unavailable,
-    UnknownKind,
-)
-from floodway.openai_wire import openai_error
-from floodway.wire import timestamp
+from floodway.core.errors import ConfigError, FloodwayError, Unavailable
+from floodway.wire.openai import openai_error
+from floodway.wire.problems import HTTP_SLUGS, TYPE_PREFIX, render
 
 log = logging.getLogger("floodway.api")
 
 PROBLEM_JSON = "application/problem+json"
-TYPE_PREFIX = "urn:floodway:problem:"
 #: the OpenAI-compatible routes: their problems also carry OpenAI's ``error`` member
 OPENAI_PREFIX = "/openai/"
-
-#: slugs for plain HTTP statuses (routing, methods, framework-raised errors)
-_HTTP_SLUGS = {
-    400: "bad-request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not-found",
-    405: "method-not-allowed",
-    406: "not-acceptable",
-    409: "conflict",
-    413: "body-too-large",
-    415: "unsupported-media-type",
-    422: "validation-error",
-    429: "too-many-requests",
-    500: "internal-error",
-    503: "unavailable",
-}
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
@@ -146,91 +114,26 @@ def problem_bytes(
     return bytes(response.body)
 
 
-def retry_after_header(seconds: float) -> str:
-    """``Retry-After`` is whole seconds (RFC 9110); round up so a client never comes early."""
-    return str(max(1, math.ceil(seconds)))
-
-
 def from_floodway_error(exc: FloodwayError, instance: str | None = None) -> JSONResponse:
-    """Map the floodway error tree to statuses (see the README's API section)."""
-    if isinstance(exc, TaskNotFound):
-        return problem_response(
-            404, "task-not-found", str(exc), instance=instance, task_id=exc.task_id
-        )
-    if isinstance(exc, UnknownKind):
-        return problem_response(422, "unknown-kind", str(exc), instance=instance, kind=exc.kind)
-    if isinstance(exc, InvalidInput):
-        return problem_response(422, "invalid-input", str(exc), instance=instance)
-    if isinstance(exc, IdempotencyConflict):
-        return problem_response(
-            409,
-            "idempotency-conflict",
-            str(exc),
-            instance=instance,
-            key=exc.key,
-            task_id=exc.task_id,
-        )
-    if isinstance(exc, AttemptStillOpen):  # ask again once the call surely ended
-        return problem_response(
-            409,
-            "attempt-still-open",
-            str(exc),
-            instance=instance,
-            headers={"Retry-After": retry_after_header(exc.retry_after)},
-            task_id=exc.task_id,
-            retry_after=exc.retry_after,
-        )
-    if isinstance(exc, IllegalTransition):
-        return problem_response(
-            409,
-            "illegal-transition",
-            str(exc),
-            instance=instance,
-            from_status=str(exc.frm),
-            to_status=str(exc.to),
-        )
-    if isinstance(exc, BudgetExceeded):  # money, not speed: waiting helps only at the reset
-        resets_at = timestamp(exc.resets_at)
-        when = resets_at.isoformat() if resets_at is not None else "never"
-        return problem_response(
-            402,
-            "budget-exceeded",
-            f"{exc}; it resets at {when}",
-            title="Payment Required",
-            instance=instance,
-            headers={"Retry-After": retry_after_header(exc.retry_after)},
-            tenant=exc.tenant,
-            budget=exc.amount,
-            left=exc.left,
-            estimated=exc.needed,
-            resets_at=when,
-        )
-    if isinstance(exc, AdmissionRefused):
-        return problem_response(
-            429,
-            "admission-refused",
-            str(exc),
-            title="Too Many Requests",
-            instance=instance,
-            headers={"Retry-After": retry_after_header(exc.retry_after)},
-            limit=exc.limit,
-            retry_after=exc.retry_after,
-        )
+    """A floodway error as the problem its row in :mod:`floodway.wire.problems` says."""
+    rendered = render(exc)
+    if rendered is None:
+        if isinstance(exc, ConfigError):
+            log.error("configuration error while serving: %s", exc)
+        else:
+            log.error("unmapped floodway error: %r", exc)
+        return problem_response(500, "internal-error", "internal error", instance=instance)
     if isinstance(exc, Unavailable):  # an outage: the same request later may succeed
-        slug = "limiter-unavailable" if isinstance(exc, LimiterUnavailable) else "store-unavailable"
-        log.error("%s: %s", slug, exc)
-        return problem_response(
-            503,
-            slug,
-            f"{exc.what} is unavailable; try again shortly",
-            instance=instance,
-            headers={"Retry-After": "1"},
-        )
-    if isinstance(exc, ConfigError):
-        log.error("configuration error while serving: %s", exc)
-    else:
-        log.error("unmapped floodway error: %r", exc)
-    return problem_response(500, "internal-error", "internal error", instance=instance)
+        log.error("%s: %s", rendered.slug, exc)
+    return problem_response(
+        rendered.status,
+        rendered.slug,
+        rendered.detail,
+        title=rendered.title,
+        instance=instance,
+        headers=rendered.headers,
+        **rendered.members,
+    )
 
 
 def install_problem_handlers(app: FastAPI) -> None:
@@ -269,7 +172,7 @@ def install_problem_handlers(app: FastAPI) -> None:
                 headers["Allow"] = ", ".join(allowed)
         return problem_response(
             status,
-            _HTTP_SLUGS.get(status, "http-error"),
+            HTTP_SLUGS.get(status, "http-error"),
             detail,
             headers=headers,
             instance=request.url.path,

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from floodway.core.states import Status
 from floodway.core.task import Lane
-from floodway.wire import TaskOut, valid_unicode
+from floodway.wire.tasks import TaskOut, valid_unicode
 
 #: a deadline longer than this is a typo, and unbounded floats would overflow the timestamps
 MAX_DEADLINE_S = 366 * 86400.0

@@ -12,7 +12,7 @@ from floodway.api.state import ApiState
 from floodway.app import Floodway
 from floodway.core.errors import AdmissionRefused, InvalidInput
 from floodway.core.task import NewTask, SubmitRequest
-from floodway.validation import check_input
+from floodway.core.validation import check_input
 
 
 def new_task(

@@ -1,6 +1,6 @@
 """What running a task produced (the executor's answer), and what to write (the decision).
 
-run -> decide -> persist: the executor returns an :data:`Outcome`, :mod:`floodway.retry`
+run -> decide -> persist: the executor returns an :data:`Outcome`, :mod:`floodway.core.retry`
 maps it to a :class:`Completion`, and the completer writes it as a compare-and-set.
 """
 

@@ -25,7 +25,7 @@ import contextlib
 import logging
 from collections.abc import Collection
 
-from floodway.aio import stop_task
+from floodway.clock import stop_task
 from floodway.core.owners import identity_of, owner_name
 from floodway.core.states import Status
 from floodway.limits.admission import LimitsAdmission

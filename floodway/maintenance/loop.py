@@ -9,7 +9,7 @@ import asyncio
 import itertools
 import logging
 
-from floodway.aio import stop_task
+from floodway.clock import stop_task
 from floodway.core.owners import owner_name
 from floodway.maintenance.leader import lead
 from floodway.maintenance.limits_watch import LocalLimitsWatch

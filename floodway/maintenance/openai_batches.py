@@ -13,9 +13,9 @@ from typing import Any
 
 from floodway.core.states import Status
 from floodway.core.task import Task, new_id
-from floodway.openai_wire import error_line, output_line
 from floodway.runtime import Runtime
 from floodway.store.base import OpenAIBatch, StoredFile, TaskQuery
+from floodway.wire.openai import error_line, output_line
 
 SUCCESS = (Status.SUCCEEDED, Status.DEDUPED)
 #: tasks read per page, batches ended per sweep

@@ -8,7 +8,7 @@ with the one full-jitter backoff (``[callbacks]`` in the configuration) up to ``
 then marked ``failed``. It runs wherever maintenance runs, one deliverer per ledger (leader
 lease ``webhooks-out``, taken over at once from a dead process).
 
-Each delivery is signed the Standard Webhooks way (:mod:`floodway.signing`) with the tenant's
+Each delivery is signed the Standard Webhooks way (:mod:`floodway.wire.signing`) with the tenant's
 API key as the secret (``"floodway"`` when the API is open). The body is
 ``{"type": "task.<status>", "timestamp": ..., "data": <Task JSON>}``; ``webhook-id`` is the
 same for every attempt at one terminal state, so receivers can drop duplicates: delivery is
@@ -26,15 +26,15 @@ from datetime import UTC, datetime
 
 import httpx
 
-from floodway.aio import event_set_within, stop_task
+from floodway.clock import event_set_within, stop_task
 from floodway.core.backoff import Backoff
 from floodway.core.owners import owner_name
 from floodway.core.task import Task
 from floodway.maintenance.leader import lead
 from floodway.runtime import Runtime
-from floodway.signing import signed_headers
 from floodway.version import __version__
-from floodway.wire import task_json
+from floodway.wire.signing import signed_headers
+from floodway.wire.tasks import task_json
 
 log = logging.getLogger("floodway.webhooks")
 

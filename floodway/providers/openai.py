@@ -24,16 +24,12 @@ from floodway.kinds import CostFn
 from floodway.providers.base import Finished, SharedClient, Submission
 from floodway.providers.cost import chat_tokens, embedding_tokens, image_count
 from floodway.providers.responses import error_for, json_body, report_usage, send
+from floodway.wire.openai import ENDPOINT_PATHS
 
 if TYPE_CHECKING:
     from floodway.context import Context
 
 Endpoint = Literal["chat", "embeddings", "images"]
-PATHS: dict[str, str] = {
-    "chat": "/chat/completions",
-    "embeddings": "/embeddings",
-    "images": "/images/generations",
-}
 DEFAULT_COST: dict[str, CostFn] = {
     "chat": chat_tokens,
     "embeddings": embedding_tokens,
@@ -54,7 +50,7 @@ class OpenAIAdapter:
 
     def __post_init__(self) -> None:
         self.http = SharedClient(self.timeout_s)
-        self.url = self.base_url.rstrip("/") + PATHS[self.endpoint]
+        self.url = self.base_url.rstrip("/") + ENDPOINT_PATHS[self.endpoint]
 
     def estimate(self, value: JSON) -> float:
         rule = self.cost or DEFAULT_COST[self.endpoint]

@@ -1,6 +1,6 @@
 """Inbound provider callbacks: finish the task waiting on the job a callback reports.
 
-The API's ``POST /v1/webhooks/{kind}`` checks the signature (:mod:`floodway.signing`) with the
+The API's ``POST /v1/webhooks/{kind}`` checks the signature (:mod:`floodway.wire.signing`) with the
 kind's ``webhook_secret``, then calls :func:`apply_callback` with the parsed JSON. The kind's
 :class:`~floodway.kinds.JobPoller` reads the body the way its poll reads a job.
 

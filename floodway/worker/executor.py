@@ -12,9 +12,9 @@ from floodway.clock import Clock
 from floodway.context import Context
 from floodway.core.errors import InvalidOutput
 from floodway.core.outcome import Cancelled, Failed, Outcome, Parked, Succeeded
+from floodway.core.retry import RetryPolicy
 from floodway.core.task import ErrorClass, ErrorInfo
 from floodway.kinds import KindSpec
-from floodway.retry import RetryPolicy
 
 
 async def execute(spec: KindSpec, ctx: Context, policy: RetryPolicy, clock: Clock) -> Outcome:

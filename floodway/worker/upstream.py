@@ -36,11 +36,11 @@ from floodway.clock import wait_event
 from floodway.context import Context
 from floodway.core.errors import InvalidOutput
 from floodway.core.outcome import Completion, Failed, Outcome, Succeeded
+from floodway.core.retry import RetryPolicy
 from floodway.core.states import Status
 from floodway.core.task import JSON, ErrorClass, ErrorInfo, Task, new_token
 from floodway.kinds import KindSpec
 from floodway.limits.base import Permit, Settlement
-from floodway.retry import RetryPolicy
 from floodway.runtime import Runtime
 from floodway.store.base import ClaimParams
 

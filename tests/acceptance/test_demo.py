@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from floodway.demo import PRICE_PER_IMAGE
+from floodway.cli.demo import PRICE_PER_IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 

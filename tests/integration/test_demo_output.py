@@ -8,7 +8,7 @@ import re
 
 from rich.console import Console
 
-from floodway.demo import DemoOptions, run_demo
+from floodway.cli.demo import DemoOptions, run_demo
 
 
 async def test_demo_output_in_a_file_keeps_lines_and_reasons_whole() -> None:

@@ -16,12 +16,12 @@ from fastapi import FastAPI, Request, Response
 
 from floodway import Context, ErrorClass, Floodway, Parked, Settings, Status, Task
 from floodway.core.backoff import Backoff
+from floodway.core.retry import RetryPolicy
 from floodway.providers.registry import aclose_kinds
 from floodway.providers.sim import SimulatorConfig, running_simulator, serve_app
-from floodway.retry import RetryPolicy
-from floodway.signing import WebhookSignatureError, sign, verify
 from floodway.store.base import TaskQuery
 from floodway.testing import FakeClock
+from floodway.wire.signing import WebhookSignatureError, sign, verify
 from floodway.worker.callbacks import Applied, apply_callback
 
 SCHEMA = {"type": "object", "required": ["url"]}

@@ -12,9 +12,9 @@ import pytest
 from pydantic import BaseModel
 
 from floodway.config import KindOptions, Settings, load_settings
-from floodway.config_reference import ADAPTERS, render
 from floodway.kinds import KindRegistry
 from floodway.providers.registry import aclose_kinds, build_provider_kind
+from harness.config_reference import ADAPTERS, render
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -41,7 +41,7 @@ def test_the_configuration_reference_is_up_to_date() -> None:
     written = (DOCS / "configuration.md").read_text()
     assert written == render(), (
         "docs/configuration.md is stale: run "
-        "`python -m floodway.config_reference > docs/configuration.md`"
+        "`python -m harness.config_reference > docs/configuration.md`"
     )
 
 

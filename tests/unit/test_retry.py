@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from floodway.core.backoff import Backoff
 from floodway.core.errors import FatalError, InvalidOutput, RetryableError
 from floodway.core.outcome import Cancelled, Failed, Succeeded
+from floodway.core.retry import RetryPolicy
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Lane, Task
-from floodway.retry import RetryPolicy
 
 NOW = 1_000.0
 

@@ -15,15 +15,15 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header
 from fastapi.responses import StreamingResponse
 
-from floodway.aio import event_set_within
 from floodway.api.auth import Tenant
 from floodway.api.openapi import problems
 from floodway.api.routes.tasks import checked_id
 from floodway.api.state import ApiState, api_state
 from floodway.app import Floodway
+from floodway.clock import event_set_within
 from floodway.core.states import TERMINAL
 from floodway.store.base import TaskEvent
-from floodway.wire import timestamp
+from floodway.wire.tasks import timestamp
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 

@@ -27,7 +27,7 @@ from floodway.api.state import ApiState, api_state
 from floodway.api.stats import Timing
 from floodway.store.base import SpendQuery, SpendReport
 from floodway.version import __version__
-from floodway.wire import timestamp
+from floodway.wire.tasks import timestamp
 
 router = APIRouter(tags=["operations"])
 State = Annotated[ApiState, Depends(api_state)]

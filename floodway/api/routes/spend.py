@@ -13,7 +13,7 @@ from floodway.api.schemas import BudgetOut, SpendLineOut, SpendOut, SpendPointOu
 from floodway.api.state import ApiState, api_state
 from floodway.config import parse_duration
 from floodway.store.base import SpendQuery
-from floodway.wire import timestamp
+from floodway.wire.tasks import timestamp
 
 router = APIRouter(tags=["spend"])
 State = Annotated[ApiState, Depends(api_state)]

@@ -21,7 +21,7 @@ from floodway.core.errors import InvalidInput, TaskNotFound
 from floodway.core.states import Status
 from floodway.core.task import Lane
 from floodway.store.base import TaskQuery
-from floodway.wire import TaskOut, task_json, task_out
+from floodway.wire.tasks import TaskOut, task_json, task_out
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 

@@ -20,8 +20,8 @@ from floodway.api.problems import ApiProblem
 from floodway.api.schemas import WebhookAck
 from floodway.api.state import ApiState, api_state
 from floodway.core.errors import UnknownKind
-from floodway.signing import WebhookSignatureError, verify
-from floodway.wire import valid_unicode
+from floodway.wire.signing import WebhookSignatureError, verify
+from floodway.wire.tasks import valid_unicode
 from floodway.worker.callbacks import apply_callback
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])

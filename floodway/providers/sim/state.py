@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from floodway.aio import event_set_within
+from floodway.clock import event_set_within
 from floodway.providers.sim.config import SimulatorConfig
 from floodway.providers.sim.model import Fate, Job, Submission
 from floodway.providers.sim.webhooks import deliver

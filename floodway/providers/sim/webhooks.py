@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from floodway.signing import signed_headers
+from floodway.wire.signing import signed_headers
 
 logger = logging.getLogger("floodway.simulator")
 

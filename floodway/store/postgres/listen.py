@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 
-from floodway.aio import event_set_within, stop_task
+from floodway.clock import event_set_within, stop_task
 from floodway.store.postgres.sql import Conn, Q
 
 log = logging.getLogger(__name__)

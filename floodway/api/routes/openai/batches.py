@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from floodway.api.auth import Tenant
 from floodway.api.media import JSON_BODY
 from floodway.api.problems import ApiProblem
-from floodway.api.routes.openai.catalog import PATHS, json_object, kind_for
+from floodway.api.routes.openai.catalog import json_object, kind_for
 from floodway.api.routes.openai.files import jsonl_lines, tenant_file
 from floodway.api.state import ApiState, api_state
 from floodway.api.submission import admit_submit
@@ -25,8 +25,8 @@ from floodway.core.errors import FloodwayError, IllegalTransition
 from floodway.core.states import TERMINAL, Status
 from floodway.core.task import Lane, NewTask, SubmitRequest, new_id
 from floodway.maintenance.openai_batches import SUCCESS, BatchEnder
-from floodway.openai_wire import list_page
 from floodway.store.base import OpenAIBatch
+from floodway.wire.openai import BATCH_URLS, list_page
 
 router = APIRouter()
 
@@ -61,7 +61,7 @@ def _tasks(
         if body.get("stream"):
             raise _problem(number, "stream: true has no meaning in a batch")
         try:
-            kind = kind_for(state.settings, PATHS[endpoint], body)
+            kind = kind_for(state.settings, BATCH_URLS[endpoint], body)
             request = SubmitRequest(
                 kind,
                 body,
@@ -83,11 +83,11 @@ def _tasks(
 async def create_batch(request: Request, tenant: Tenant, state: State) -> dict[str, Any]:
     body = await json_object(request)
     endpoint, window = body.get("endpoint"), body.get("completion_window")
-    if endpoint not in PATHS:
+    if endpoint not in BATCH_URLS:
         raise ApiProblem(
             400,
             "invalid-endpoint",
-            f"endpoint must be one of {', '.join(PATHS)}",
+            f"endpoint must be one of {', '.join(BATCH_URLS)}",
             param="endpoint",
         )
     if window not in WINDOW_S:

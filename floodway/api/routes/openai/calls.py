@@ -19,15 +19,16 @@ from typing import Any, NoReturn
 
 from fastapi.responses import JSONResponse
 
-from floodway.api.problems import ApiProblem, retry_after_header
+from floodway.api.problems import ApiProblem
 from floodway.api.state import ApiState
 from floodway.api.submission import admit_submit
 from floodway.core.errors import AdmissionRefused, InvalidInput, WaitTimeout
 from floodway.core.job_durations import JobDurations
 from floodway.core.states import Status
 from floodway.core.task import Lane, SubmitRequest, Task
-from floodway.openai_wire import task_failure
-from floodway.wire import printable
+from floodway.wire.openai import task_failure
+from floodway.wire.problems import retry_after_header
+from floodway.wire.tasks import printable
 
 READ_TIMEOUT = "x-stainless-read-timeout"
 TASK_HEADER = "X-Floodway-Task"

@@ -10,14 +10,7 @@ from fastapi import Request
 
 from floodway.api.problems import ApiProblem
 from floodway.config import Settings
-from floodway.wire import valid_unicode
-
-#: the OpenAI paths (under /v1) that floodway serves, and the kind endpoint behind each
-PATHS = {
-    "/v1/chat/completions": "chat",
-    "/v1/embeddings": "embeddings",
-    "/v1/images/generations": "images",
-}
+from floodway.wire.tasks import valid_unicode
 
 
 def served(settings: Settings) -> dict[tuple[str, str], str]:

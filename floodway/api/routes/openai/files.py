@@ -17,9 +17,9 @@ from floodway.api.guard import json_too_deep
 from floodway.api.problems import ApiProblem
 from floodway.api.state import ApiState, api_state
 from floodway.core.task import new_id
-from floodway.openai_wire import list_page
 from floodway.store.base import StoredFile
-from floodway.wire import valid_unicode
+from floodway.wire.openai import list_page
+from floodway.wire.tasks import valid_unicode
 
 router = APIRouter()
 

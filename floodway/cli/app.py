@@ -18,9 +18,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from floodway.app import Floodway
-from floodway.cli_batch import register as register_batch
-from floodway.cli_remote import exit_with_error
-from floodway.cli_remote import register as register_remote
+from floodway.cli.batch import register as register_batch
+from floodway.cli.remote import exit_with_error
+from floodway.cli.remote import register as register_remote
 from floodway.clock import SystemClock
 from floodway.config import Settings, load_settings
 from floodway.core.errors import FloodwayError, LimiterUnavailable, StoreError
@@ -274,7 +274,7 @@ def demo(
     latency_ms: Annotated[float | None, typer.Option("--latency-ms", min=1)] = None,
 ) -> None:
     """The 200-image batch against a simulated image API (offline, no setup)."""
-    from floodway.demo import DemoOptions, run_demo
+    from floodway.cli.demo import DemoOptions, run_demo
 
     latency = latency_ms or (20_000.0 if realistic else 1_500.0)
     out = Console()

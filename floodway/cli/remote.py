@@ -20,7 +20,7 @@ from rich.table import Table
 from floodway.client import DEFAULT_URL, ApiError, Client
 from floodway.core.errors import FloodwayError
 from floodway.core.task import SubmitRequest, Task
-from floodway.wire import task_json
+from floodway.wire.tasks import task_json
 
 T = TypeVar("T")
 out = Console()

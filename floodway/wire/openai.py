@@ -1,7 +1,7 @@
 """OpenAI's shapes, for the OpenAI-compatible API (docs/openai.md): its error object, a task
 that ended without a result as OpenAI would tell it, and the lines of a batch's output and
 error files. Written once here for the HTTP answers and for the batch files (which
-maintenance may write)."""
+maintenance may write), and the endpoints' paths."""
 
 from __future__ import annotations
 
@@ -11,6 +11,16 @@ from typing import Any
 
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, Task
+
+#: the endpoints a kind with ``adapter = "openai"`` may serve, and each one's path under an
+#: OpenAI base URL (``.../v1``)
+ENDPOINT_PATHS: dict[str, str] = {
+    "chat": "/chat/completions",
+    "embeddings": "/embeddings",
+    "images": "/images/generations",
+}
+#: the same, as a batch line's ``url`` names them: path -> endpoint
+BATCH_URLS: dict[str, str] = {"/v1" + path: endpoint for endpoint, path in ENDPOINT_PATHS.items()}
 
 #: a provider's refusal the caller can act on: any 4xx but those about the server's own
 #: account (its key, its permissions, its quota), which are not the caller's to fix

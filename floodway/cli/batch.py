@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Column, Table
 
 from floodway.api.schemas import SubmitIn
-from floodway.cli_remote import (
+from floodway.cli.remote import (
     KeyOpt,
     UrlOpt,
     call,
