@@ -228,8 +228,7 @@ class Floodway:
         """Like :meth:`submit`, and says whether the request key matched an earlier task
         (``Submitted.reused``)."""
         await self.open()
-        new = self.runtime.new_task(request, tenant=tenant)
-        return (await self.runtime.store.submit([new], self.clock.now()))[0]
+        return (await self.runtime.submit([request], tenant=tenant))[0]
 
     async def submit_many(
         self,
@@ -243,16 +242,11 @@ class Floodway:
     ) -> list[Task]:
         """Queue many tasks of one kind in one transaction."""
         await self.open()
-        news = [
-            self.runtime.new_task(
-                SubmitRequest(
-                    kind, value, lane=lane, max_attempts=max_attempts, deadline_s=deadline_s
-                ),
-                tenant=tenant,
-            )
+        requests = [
+            SubmitRequest(kind, value, lane=lane, max_attempts=max_attempts, deadline_s=deadline_s)
             for value in inputs
         ]
-        return [s.task for s in await self.runtime.store.submit(news, self.clock.now())]
+        return [s.task for s in await self.runtime.submit(requests, tenant=tenant)]
 
     async def get(self, task_id: str, *, tenant: str | None = None) -> Task:
         await self.open()

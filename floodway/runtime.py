@@ -15,21 +15,67 @@ import httpx
 from floodway.clock import Clock
 from floodway.config import Settings
 from floodway.context import Context
-from floodway.core.errors import BudgetExceeded, InvalidInput
+from floodway.core.errors import AdmissionRefused, BudgetExceeded, FloodwayError, InvalidInput
 from floodway.core.outcome import Applied, Cancelled, Completion, Failed, Outcome
 from floodway.core.retry import RetryPolicy
 from floodway.core.spend import Charge, Usage
 from floodway.core.states import Status
-from floodway.core.task import Lane, NewTask, SubmitRequest, Task, request_hash
-from floodway.core.validation import check_input
+from floodway.core.task import (
+    Lane,
+    NewTask,
+    SubmitRequest,
+    Submitted,
+    Task,
+    batch_hash,
+    request_hash,
+)
+from floodway.core.validation import (
+    check_attempts,
+    check_callback_host,
+    check_deadline,
+    check_input,
+)
 from floodway.kinds import KindRegistry
 from floodway.limits.base import Admission
+from floodway.limits.submit_rate import SubmitRateLimiter
 from floodway.pricing import Pricing
-from floodway.store.base import Store, TaskChange
+from floodway.store.base import BatchKey, OpenAIBatch, Store, TaskChange
 
 log = logging.getLogger("floodway")
 
 AlertHook = Callable[[Task], Awaitable[None] | None]
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What a submit from outside the process passes on top of every submit's checks: the
+    hosts a callback may name (``api.callback_hosts``; none: any) and the tenant's submit rate,
+    one token per request (a batch is one request)."""
+
+    callback_hosts: Sequence[str] = ()
+    rate: SubmitRateLimiter | None = None
+
+    async def admit(self, tenant: str, rate: str) -> None:
+        wait = None if self.rate is None else await self.rate.check(tenant)
+        if wait is not None:
+            raise AdmissionRefused(
+                "submit_rate",
+                f"too fast: tenant {tenant!r} is over its submit rate ({rate}); "
+                f"try again in {wait:.1f}s",
+                retry_after=wait,
+            )
+
+
+@dataclass(frozen=True)
+class BatchOf:
+    """The batch a submit's tasks belong to: its id, its request key (the same key with
+    another list of tasks is a conflict), the OpenAI batch row written with them, and how a
+    refusal of its ``i``-th request reaches the caller (an OpenAI batch names the line)."""
+
+    id: str
+    key: str | None = None
+    openai: OpenAIBatch | None = None
+    refuse_item: Callable[[int, FloodwayError], Exception] | None = None
 
 
 class ChangeHub:
@@ -130,10 +176,63 @@ class Runtime:
     def pricing(self) -> Pricing:
         return Pricing(self.settings)
 
-    def new_task(
-        self, request: SubmitRequest, *, tenant: str = "default", batch_id: str | None = None
+    async def submit(
+        self,
+        requests: Sequence[SubmitRequest],
+        *,
+        tenant: str = "default",
+        gate: Gate | None = None,
+        batch: BatchOf | None = None,
+        overflow: bool = False,
+    ) -> list[Submitted]:
+        """The one way work enters the ledger, from the library and every route: each request
+        checked and its cost estimated and priced, then the gate's submit-rate token (a refused
+        request spends none), then one write of them all (all land or none do).
+
+        ``overflow``: past the tenant's ``interactive_depth`` the tasks go in the background
+        lane instead of being refused (their request key means the same in either lane)."""
+        news = [self._new_task(i, r, tenant, gate, batch) for i, r in enumerate(requests)]
+        if gate is not None:
+            await gate.admit(tenant, self.settings.tenants.submit_rate)
+        batch_key = None
+        if batch is not None and batch.key is not None:
+            batch_key = BatchKey(batch.key, batch_hash(requests), self.settings.retention.keys)
+        try:
+            return await self._write(news, batch, batch_key)
+        except AdmissionRefused as exc:
+            if not overflow or exc.limit != "interactive_depth":
+                raise
+        behind = [dataclasses.replace(n, lane=Lane.BACKGROUND, interactive_depth=0) for n in news]
+        return await self._write(behind, batch, batch_key)
+
+    async def _write(
+        self, news: list[NewTask], batch: BatchOf | None, batch_key: BatchKey | None
+    ) -> list[Submitted]:
+        now = self.clock.now()
+        if batch is not None and batch.openai is not None:
+            return await self.store.submit_openai_batch(batch.openai, news, now)
+        return await self.store.submit(news, now, batch_key=batch_key)
+
+    def _new_task(
+        self,
+        index: int,
+        request: SubmitRequest,
+        tenant: str,
+        gate: Gate | None,
+        batch: BatchOf | None,
     ) -> NewTask:
-        """Validate a submit and turn it into what the store inserts (raises on bad input)."""
+        try:
+            return self._checked(request, tenant, gate, None if batch is None else batch.id)
+        except FloodwayError as exc:
+            if batch is None or batch.refuse_item is None:
+                raise
+            raise batch.refuse_item(index, exc) from None
+
+    def _checked(
+        self, request: SubmitRequest, tenant: str, gate: Gate | None, batch_id: str | None
+    ) -> NewTask:
+        """What the store inserts for ``request``; raises on bad input before anything is
+        written or counted."""
         spec = self.kinds.get(request.kind)
         value = request.input
         check_input(value)
@@ -143,6 +242,15 @@ class Runtime:
             raise InvalidInput(
                 f"lane must be 'interactive' or 'background', not {request.lane!r}"
             ) from None
+        check_attempts(request.max_attempts)
+        check_deadline(request.deadline_s)
+        if request.metadata is not None:
+            try:
+                check_input(request.metadata)
+            except InvalidInput as exc:
+                raise InvalidInput(f"metadata: {exc}") from None
+        if gate is not None and request.callback_url is not None:
+            check_callback_host(request.callback_url, gate.callback_hosts)
         try:
             cost = spec.estimate(value)
         except Exception as exc:
@@ -153,26 +261,21 @@ class Runtime:
                 f"{type(exc).__name__}: {exc}"
             ) from None
         self.check_fits(spec.resource, cost)
-        hold = self.pricing.hold(request.kind, spec.resource, cost)
-        attempts = spec.max_attempts if request.max_attempts is None else request.max_attempts
-        if attempts < 1:
-            raise InvalidInput("max_attempts must be at least 1")
-        deadline = spec.deadline_s if request.deadline_s is None else request.deadline_s
-        if deadline is not None and deadline <= 0:
-            raise InvalidInput("deadline_s must be positive")
         key = request.key
         return NewTask(
             kind=request.kind,
             input=value,
             tenant=tenant,
             lane=lane,
-            max_attempts=attempts,
-            deadline_s=deadline,
+            max_attempts=spec.max_attempts
+            if request.max_attempts is None
+            else request.max_attempts,
+            deadline_s=spec.deadline_s if request.deadline_s is None else request.deadline_s,
             request_key=key,
             key_ttl_s=self.settings.retention.keys,
             fingerprint=spec.work_print(value, tenant),
             cost_estimated=cost,
-            spend_hold=hold,
+            spend_hold=self.pricing.hold(request.kind, spec.resource, cost),
             budget=self.pricing.budget_of(tenant),
             metadata=dict(request.metadata or {}),
             callback_url=request.callback_url,
@@ -231,9 +334,8 @@ class Runtime:
                     lane=task.lane,
                     metadata={**task.metadata, "fallback_of": task.id},
                 )
-                new = self.new_task(request, tenant=task.tenant)
                 try:
-                    await self.store.submit([new], self.clock.now())
+                    await self.submit([request], tenant=task.tenant)
                 except BudgetExceeded as exc:  # the fallback is a new submission: it may not fit
                     log.warning("fallback of %s not submitted: %s", task.id, exc)
 

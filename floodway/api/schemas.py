@@ -9,12 +9,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from floodway.core.states import Status
-from floodway.core.task import Lane
+from floodway.core.task import Lane, SubmitRequest
+from floodway.core.validation import MAX_ATTEMPTS, MAX_DEADLINE_S
 from floodway.wire.tasks import TaskOut, valid_unicode
 
-#: a deadline longer than this is a typo, and unbounded floats would overflow the timestamps
-MAX_DEADLINE_S = 366 * 86400.0
-MAX_ATTEMPTS = 1000
 MAX_BATCH = 1000
 _HEX = "[0-9A-Fa-f]{1,4}"
 #: an IPv6 address in its written forms (no zone, no embedded IPv4)
@@ -73,6 +71,19 @@ class SubmitIn(_In):
                 if isinstance(data.get(name), bool | str | bytes):
                     raise ValueError(f"{name} must be a JSON number")
         return data
+
+    def request(self, key: str | None) -> SubmitRequest:
+        """The library's request for this body, with the caller's request key."""
+        return SubmitRequest(
+            self.kind,
+            self.input,
+            lane=self.lane,
+            key=key,
+            max_attempts=self.max_attempts,
+            deadline_s=self.deadline_s,
+            metadata=self.metadata,
+            callback_url=self.callback_url,
+        )
 
 
 class BatchIn(_In):

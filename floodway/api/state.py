@@ -17,6 +17,7 @@ from floodway.config import Settings
 from floodway.core.job_durations import JobDurations
 from floodway.limits.backend import LimiterBackend
 from floodway.limits.submit_rate import SubmitRateLimiter
+from floodway.runtime import Gate
 
 
 @dataclass
@@ -40,6 +41,11 @@ class ApiState:
     @property
     def settings(self) -> Settings:
         return self.fw.settings
+
+    @property
+    def gate(self) -> Gate:
+        """What a submit through this API passes besides the library's checks."""
+        return Gate(self.settings.api.callback_hosts, self.submit_rate)
 
 
 async def api_state(request: Request) -> ApiState:

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from fnmatch import fnmatchcase
+from urllib.parse import urlsplit
 
 from floodway.core.errors import InvalidInput
 
 MAX_DEPTH = 32
+#: a deadline longer than this is a typo, and unbounded floats would overflow the timestamps
+MAX_DEADLINE_S = 366 * 86400.0
+MAX_ATTEMPTS = 1000
 
 
 def check_input(value: object, max_depth: int = MAX_DEPTH) -> None:
@@ -33,3 +39,38 @@ def _walk(value: object, depth: int, max_depth: int) -> None:
         raise InvalidInput("input holds a number that JSON cannot carry (NaN or infinity)")
     elif not isinstance(value, str | int | float | bool) and value is not None:
         raise InvalidInput(f"input is not JSON: a {type(value).__name__} value")
+
+
+def check_attempts(value: object) -> None:
+    """A caller's ``max_attempts`` (None: the kind's)."""
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_ATTEMPTS:
+        raise InvalidInput(f"max_attempts must be a whole number from 1 to {MAX_ATTEMPTS}")
+
+
+def check_deadline(value: object) -> None:
+    """A caller's ``deadline_s`` (None: the kind's)."""
+    if value is None:
+        return
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not 0 < value <= MAX_DEADLINE_S
+    ):
+        raise InvalidInput(
+            f"deadline_s must be a number of seconds above 0 and at most {MAX_DEADLINE_S:.0f}"
+        )
+
+
+def check_callback_host(url: str, allowed: Sequence[str]) -> None:
+    """``api.callback_hosts``: the outbox POSTs from inside the deployment's network, so only
+    hosts the operator named may receive it (no list: any host)."""
+    if not allowed:
+        return
+    host = (urlsplit(url).hostname or "").lower()
+    if not any(fnmatchcase(host, pattern.lower()) for pattern in allowed):
+        raise InvalidInput(
+            f"callback_url: host {host!r} is not allowed here (api.callback_hosts: "
+            f"{', '.join(allowed)})"
+        )

@@ -334,6 +334,35 @@ async def test_bad_input_is_refused_and_changes_nothing(
     assert await fw.list_tasks() == []
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_attempts": 0},
+        {"max_attempts": 1001},
+        {"max_attempts": True},
+        {"deadline_s": 0},
+        {"deadline_s": -1.0},
+        {"deadline_s": float("inf")},
+        {"deadline_s": float("nan")},
+        {"deadline_s": 366 * 86400.0 + 1},
+        {"metadata": {"a": object()}},
+    ],
+)
+async def test_the_library_refuses_what_the_api_refuses(
+    fw: Floodway, options: dict[str, Any]
+) -> None:
+    fw.kind("img")(SimulatedProvider().handler)
+    with pytest.raises(InvalidInput):
+        await fw.submit("img", {"a": 1}, **options)
+    with pytest.raises(InvalidInput):
+        await fw.submit_many(
+            "img",
+            [{"a": 1}, {"a": 2}],
+            **{k: v for k, v in options.items() if k != "metadata"} or {"max_attempts": 0},
+        )
+    assert await fw.list_tasks() == []
+
+
 async def test_illegal_manual_retry_raises_and_changes_nothing(fw: Floodway) -> None:
     fw.kind("img")(SimulatedProvider().handler)
     task = await fw.submit("img", {"p": 1})

@@ -14,10 +14,9 @@ from floodway.api.openapi import problems
 from floodway.api.problems import ApiProblem
 from floodway.api.schemas import BatchIn, BatchOut, BatchStatus
 from floodway.api.state import ApiState, api_state
-from floodway.api.submission import admit_submit, new_task, request_of
 from floodway.core.states import TERMINAL, Status
-from floodway.core.task import batch_hash, new_id
-from floodway.store.base import BatchKey
+from floodway.core.task import new_id
+from floodway.runtime import BatchOf
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
@@ -55,17 +54,11 @@ async def submit_batch(
     tenant's submit rate. With an Idempotency-Key the same batch again is the same batch (item
     ``i`` also gets the key ``<key>:<i>``); another list of tasks with it is a 409."""
     fw = state.fw
-    now = fw.clock.now()
-    batch_id = new_id(now, prefix="b")
-    keys = [None if key is None else f"{key}:{i}" for i in range(len(body.tasks))]
-    items = list(zip(body.tasks, keys, strict=True))
-    news = [new_task(fw, item, tenant, k, batch_id) for item, k in items]
-    batch_key = None
-    if key is not None:
-        requests = [request_of(item, k) for item, k in items]
-        batch_key = BatchKey(key, batch_hash(requests), fw.settings.retention.keys)
-    await admit_submit(state, tenant)
-    submitted = await fw.store.submit(news, now, batch_key=batch_key)
+    batch_id = new_id(fw.clock.now(), prefix="b")
+    requests = [t.request(None if key is None else f"{key}:{i}") for i, t in enumerate(body.tasks)]
+    submitted = await fw.runtime.submit(
+        requests, tenant=tenant, gate=state.gate, batch=BatchOf(batch_id, key)
+    )
     reused = all(s.reused for s in submitted)
     if reused:
         batch_id = submitted[0].task.batch_id or batch_id

@@ -16,7 +16,6 @@ from floodway.api.media import JSON_BODY, json_response, require_json
 from floodway.api.openapi import problems
 from floodway.api.schemas import SubmitIn, SubmitOut, TaskPage
 from floodway.api.state import ApiState, api_state
-from floodway.api.submission import admit_submit, new_task
 from floodway.core.errors import InvalidInput, TaskNotFound
 from floodway.core.states import Status
 from floodway.core.task import Lane
@@ -80,10 +79,9 @@ async def submit(
     body: SubmitIn, tenant: Tenant, state: State, key: IdempotencyKey = None
 ) -> Response:
     """Queue a task and answer at once (202); never waits on the provider."""
-    fw = state.fw
-    new = new_task(fw, body, tenant, key)
-    await admit_submit(state, tenant)
-    (submitted,) = await fw.runtime.store.submit([new], fw.clock.now())
+    (submitted,) = await state.fw.runtime.submit(
+        [body.request(key)], tenant=tenant, gate=state.gate
+    )
     return json_response(
         task_json(submitted.task, reused=submitted.reused), 200 if submitted.reused else 202
     )

@@ -20,11 +20,11 @@ from floodway.api.problems import ApiProblem
 from floodway.api.routes.openai.catalog import json_object, kind_for
 from floodway.api.routes.openai.files import jsonl_lines, tenant_file
 from floodway.api.state import ApiState, api_state
-from floodway.api.submission import admit_submit
 from floodway.core.errors import FloodwayError, IllegalTransition
 from floodway.core.states import TERMINAL, Status
-from floodway.core.task import Lane, NewTask, SubmitRequest, new_id
+from floodway.core.task import Lane, SubmitRequest, new_id
 from floodway.maintenance.openai_batches import SUCCESS, BatchEnder
+from floodway.runtime import BatchOf
 from floodway.store.base import OpenAIBatch
 from floodway.wire.openai import BATCH_URLS, list_page
 
@@ -42,11 +42,12 @@ def _problem(line: int, detail: str) -> ApiProblem:
     )
 
 
-def _tasks(
-    state: ApiState, tenant: str, batch_id: str, endpoint: str, content: bytes, window_s: float
-) -> list[NewTask]:
-    fw, seen = state.fw, set[str]()
-    news = []
+def _requests(
+    state: ApiState, endpoint: str, content: bytes, window_s: float
+) -> tuple[list[SubmitRequest], list[int]]:
+    """The file's requests and the line each stands on."""
+    seen = set[str]()
+    requests, numbers = [], []
     for number, line in jsonl_lines(content, state.settings.api.max_json_depth):
         custom_id, body = line.get("custom_id"), line.get("body")
         if not isinstance(custom_id, str) or not custom_id:
@@ -62,21 +63,14 @@ def _tasks(
             raise _problem(number, "stream: true has no meaning in a batch")
         try:
             kind = kind_for(state.settings, BATCH_URLS[endpoint], body)
-            request = SubmitRequest(
-                kind,
-                body,
-                lane=Lane.BACKGROUND,
-                deadline_s=window_s,
-                metadata={"custom_id": custom_id},
-            )
-            news.append(fw.runtime.new_task(request, tenant=tenant, batch_id=batch_id))
         except ApiProblem as exc:
             raise _problem(number, exc.detail) from None
-        except FloodwayError as exc:
-            raise _problem(number, str(exc)) from None
-        except Exception as exc:  # a cost rule reading the caller's body: its failure is theirs
-            raise _problem(number, f"cannot read this request: {type(exc).__name__}") from None
-    return news
+        metadata = {"custom_id": custom_id}
+        requests.append(
+            SubmitRequest(kind, body, lane=Lane.BACKGROUND, deadline_s=window_s, metadata=metadata)
+        )
+        numbers.append(number)
+    return requests, numbers
 
 
 @router.post("/batches", dependencies=[JSON_BODY])
@@ -120,22 +114,29 @@ async def create_batch(request: Request, tenant: Tenant, state: State) -> dict[s
         )
     content = await state.fw.store.file_content(source.id, tenant) or b""
     now = state.fw.clock.now()
-    batch_id = new_id(now, prefix="batch")
-    news = _tasks(state, tenant, batch_id, endpoint, content, WINDOW_S[window])
+    requests, numbers = _requests(state, endpoint, content, WINDOW_S[window])
     batch = OpenAIBatch(
-        id=batch_id,
+        id=new_id(now, prefix="batch"),
         tenant=tenant,
         endpoint=endpoint,
         input_file_id=source.id,
         completion_window=window,
         status="in_progress",
-        total=len(news),
+        total=len(requests),
         created_at=now,
         expires_at=now + WINDOW_S[window],
         metadata=metadata,
     )
-    await admit_submit(state, tenant)
-    await state.fw.store.submit_openai_batch(batch, news, now)
+
+    def refuse(index: int, exc: FloodwayError) -> ApiProblem:
+        return _problem(numbers[index], str(exc))
+
+    await state.fw.runtime.submit(
+        requests,
+        tenant=tenant,
+        gate=state.gate,
+        batch=BatchOf(batch.id, openai=batch, refuse_item=refuse),
+    )
     return await _current(state, batch)
 
 

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any, NoReturn
 
 from fastapi.responses import JSONResponse
 
 from floodway.api.problems import ApiProblem
 from floodway.api.state import ApiState
-from floodway.api.submission import admit_submit
-from floodway.core.errors import AdmissionRefused, InvalidInput, WaitTimeout
+from floodway.core.errors import WaitTimeout
 from floodway.core.job_durations import JobDurations
 from floodway.core.states import Status
 from floodway.core.task import Lane, SubmitRequest, Task
@@ -58,25 +56,11 @@ async def submit_call(
     in the background lane instead of being refused: a client waiting on twenty calls at once
     gets twenty answers, the first few ahead of batch work. The request key's promise (the
     hash of what was asked) is the same in either lane, so a replay finds the task."""
-    fw = state.fw
-    spec = fw.runtime.kinds.get(kind)
-    try:
-        spec.estimate(body)
-    except Exception as exc:  # the cost rule reads the caller's body: its failure is theirs
-        raise InvalidInput(
-            f"cannot read this {kind} request: {type(exc).__name__}: {exc}"
-        ) from None
-    await admit_submit(state, tenant)
-    new = fw.runtime.new_task(
-        SubmitRequest(kind, body, lane=Lane.INTERACTIVE, key=key), tenant=tenant
+    request = SubmitRequest(kind, body, lane=Lane.INTERACTIVE, key=key)
+    (submitted,) = await state.fw.runtime.submit(
+        [request], tenant=tenant, gate=state.gate, overflow=True
     )
-    try:
-        return (await fw.store.submit([new], fw.clock.now()))[0].task
-    except AdmissionRefused as exc:
-        if exc.limit != "interactive_depth":
-            raise
-    behind = replace(new, lane=Lane.BACKGROUND, interactive_depth=0)
-    return (await fw.store.submit([behind], fw.clock.now()))[0].task
+    return submitted.task
 
 
 async def await_call(state: ApiState, task: Task, budget_s: float) -> JSONResponse:
