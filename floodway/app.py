@@ -33,6 +33,7 @@ from floodway.providers.registry import aclose_kinds
 from floodway.runtime import AlertHook, Runtime
 from floodway.store.base import Store, TaskQuery
 from floodway.store.factory import open_store
+from floodway.store.openai_records import OpenAIRecords
 from floodway.worker.worker import Worker, WorkerOptions
 
 
@@ -149,6 +150,11 @@ class Floodway:
     def store(self) -> Store:
         return self.runtime.store
 
+    @property
+    def openai_records(self) -> OpenAIRecords:
+        """The files and batches of the OpenAI-compatible Batch API."""
+        return self.runtime.openai_records
+
     async def open(self) -> Floodway:
         if self._open_lock is None:
             self._open_lock = asyncio.Lock()
@@ -161,6 +167,7 @@ class Floodway:
             await store.open()
             runtime = Runtime(
                 store=store,
+                openai_records=store,
                 kinds=self.kinds,
                 clock=self.clock,
                 admission=self._admission or self._build_admission(),

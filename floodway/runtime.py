@@ -40,6 +40,7 @@ from floodway.limits.base import Admission
 from floodway.limits.submit_rate import SubmitRateLimiter
 from floodway.pricing import Pricing
 from floodway.store.base import BatchKey, OpenAIBatch, Store, TaskChange
+from floodway.store.openai_records import OpenAIRecords
 
 log = logging.getLogger("floodway")
 
@@ -161,6 +162,8 @@ class Runtime:
     process's change hub and counters. It runs nothing itself."""
 
     store: Store
+    #: the same ledger's records of the OpenAI-compatible Batch API
+    openai_records: OpenAIRecords
     kinds: KindRegistry
     clock: Clock
     admission: Admission
@@ -210,7 +213,7 @@ class Runtime:
     ) -> list[Submitted]:
         now = self.clock.now()
         if batch is not None and batch.openai is not None:
-            return await self.store.submit_openai_batch(batch.openai, news, now)
+            return await self.openai_records.submit_openai_batch(batch.openai, news, now)
         return await self.store.submit(news, now, batch_key=batch_key)
 
     def _new_task(

@@ -29,7 +29,7 @@ class BatchEnder:
 
     async def run_once(self) -> int:
         """End the batches whose tasks have all ended; how many."""
-        ended = await self.runtime.store.ended_openai_batches(PER_SWEEP)
+        ended = await self.runtime.openai_records.ended_openai_batches(PER_SWEEP)
         for batch in ended:
             await self.end(batch)
         return len(ended)
@@ -58,8 +58,8 @@ class BatchEnder:
             status = "expired"  # the window ended first: the rest is in the error file
         else:
             status = "completed"
-        store = self.runtime.store
-        return await store.end_openai_batch(batch.id, batch.status, status, output, errors, now)
+        records = self.runtime.openai_records
+        return await records.end_openai_batch(batch.id, batch.status, status, output, errors, now)
 
 
 def _file(

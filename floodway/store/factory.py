@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import re
+from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from floodway.core.errors import StoreError
 from floodway.store.base import Store
+from floodway.store.openai_records import OpenAIRecords
 
 
-def open_store(url: str) -> Store:
+class FullStore(Store, OpenAIRecords, Protocol):
+    """What every ledger is: the core :class:`Store` and the OpenAI records beside it."""
+
+
+def open_store(url: str) -> FullStore:
     """A store for ``url`` (not yet opened): ``sqlite:///file.db`` or ``postgresql://...``."""
     scheme = url.split(":", 1)[0].lower()
     if scheme == "sqlite" or url == ":memory:":

@@ -42,7 +42,7 @@ from floodway.store.base import (
     TaskQuery,
 )
 from floodway.store.group import Write, Written
-from floodway.store.openai_records import OpenAIRecords
+from floodway.store.openai_records import LedgerOpenAIRecords
 from floodway.store.rows import (
     candidate_from_row,
     claim_args,
@@ -59,7 +59,7 @@ for _state in CLAIMABLE:  # the claim statements move these to running: keep the
     check_transition(_state, Status.RUNNING)
 
 
-class Ledger(OpenAIRecords, ABC):
+class Ledger(LedgerOpenAIRecords, ABC):
     url: str
 
     def __init__(self, url: str) -> None:

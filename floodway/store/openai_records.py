@@ -1,13 +1,15 @@
 """The OpenAI-compatible Batch API's records in the ledger: uploaded and written files, and
-batches (each a floodway batch: its tasks carry its id). The verbs of :class:`OpenAIRecords`
-are part of every ledger, over the same two backends' primitives as the task verbs."""
+batches (each a floodway batch: its tasks carry its id). :class:`OpenAIRecords` is what the
+OpenAI routes and the batches' maintenance use, apart from the core
+:class:`~floodway.store.base.Store`; every ledger keeps them (:class:`LedgerOpenAIRecords`),
+over the same two backends' primitives as the task verbs."""
 
 from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from floodway.core.task import NewTask, Submitted
 from floodway.store import rules
@@ -17,7 +19,60 @@ from floodway.store.steps import Row, Rule, count
 T = TypeVar("T")
 
 
-class OpenAIRecords(ABC):
+class OpenAIRecords(Protocol):
+    async def put_file(self, file: StoredFile, content: bytes) -> None: ...
+
+    async def get_file(self, file_id: str, tenant: str) -> StoredFile | None: ...
+
+    async def list_files(
+        self, tenant: str, purpose: str | None, after: str | None, limit: int
+    ) -> list[StoredFile]:
+        """Newest first; ``after``: the last id of the previous page."""
+        ...
+
+    async def file_content(self, file_id: str, tenant: str) -> bytes | None: ...
+
+    async def delete_file(self, file_id: str, tenant: str) -> bool: ...
+
+    async def submit_openai_batch(
+        self, batch: OpenAIBatch, tasks: Sequence[NewTask], now: float
+    ) -> list[Submitted]:
+        """The batch's row and all its tasks in one transaction, or nothing."""
+        ...
+
+    async def get_openai_batch(self, batch_id: str, tenant: str) -> OpenAIBatch | None: ...
+
+    async def list_openai_batches(
+        self, tenant: str, after: str | None, limit: int
+    ) -> list[OpenAIBatch]:
+        """Newest first; ``after``: the last id of the previous page."""
+        ...
+
+    async def ended_openai_batches(self, limit: int) -> list[OpenAIBatch]:
+        """Batches in progress or cancelling whose tasks have all ended."""
+        ...
+
+    async def cancel_openai_batch(self, batch_id: str, tenant: str, now: float) -> bool:
+        """in_progress -> cancelling; False when the batch was not in progress."""
+        ...
+
+    async def end_openai_batch(
+        self,
+        batch_id: str,
+        expected: str,
+        status: str,
+        output: tuple[StoredFile, bytes] | None,
+        errors: tuple[StoredFile, bytes] | None,
+        now: float,
+    ) -> bool:
+        """``expected`` -> ``status`` with its output and error files, in one transaction;
+        False (and no file written) when another process ended the batch first."""
+        ...
+
+
+class LedgerOpenAIRecords(ABC):
+    """:class:`OpenAIRecords` over a ledger's reads and writes."""
+
     @abstractmethod
     async def _one(self, query: str, /, **params: Any) -> Row | None: ...
 
@@ -43,7 +98,6 @@ class OpenAIRecords(ABC):
     async def list_files(
         self, tenant: str, purpose: str | None, after: str | None, limit: int
     ) -> list[StoredFile]:
-        """Newest first; ``after``: the last id of the previous page."""
         params = {"tenant": tenant, "purpose": purpose, "after": after, "limit": limit}
         return [StoredFile(**r) for r in await self._all("list_openai_files", **params)]
 
@@ -58,8 +112,6 @@ class OpenAIRecords(ABC):
     async def submit_openai_batch(
         self, batch: OpenAIBatch, tasks: Sequence[NewTask], now: float
     ) -> list[Submitted]:
-        """The batch's row and all its tasks in one transaction, or nothing."""
-
         def rule(changes: list[TaskChange]) -> Rule[list[Submitted]]:
             (submitted,) = yield from rules.submit([rules.Submission(tasks, now)], changes)
             yield from count("insert_openai_batch", **_batch_params(batch))
@@ -74,16 +126,13 @@ class OpenAIRecords(ABC):
     async def list_openai_batches(
         self, tenant: str, after: str | None, limit: int
     ) -> list[OpenAIBatch]:
-        """Newest first; ``after``: the last id of the previous page."""
         rows = await self._all("list_openai_batches", tenant=tenant, after=after, limit=limit)
         return [_batch(r) for r in rows]
 
     async def ended_openai_batches(self, limit: int) -> list[OpenAIBatch]:
-        """Batches in progress or cancelling whose tasks have all ended."""
         return [_batch(r) for r in await self._all("ended_openai_batches", limit=limit)]
 
     async def cancel_openai_batch(self, batch_id: str, tenant: str, now: float) -> bool:
-        """in_progress -> cancelling; False when the batch was not in progress."""
         params = {"id": batch_id, "tenant": tenant, "now": now}
         return bool(await self._write(lambda _: count("cancel_openai_batch", **params)))
 
@@ -96,8 +145,6 @@ class OpenAIRecords(ABC):
         errors: tuple[StoredFile, bytes] | None,
         now: float,
     ) -> bool:
-        """``expected`` -> ``status`` with its output and error files, in one transaction;
-        False (and no file written) when another process ended the batch first."""
         files = [f for f in (output, errors) if f is not None]
 
         def rule(_: list[TaskChange]) -> Rule[bool]:

@@ -112,7 +112,7 @@ async def create_batch(request: Request, tenant: Tenant, state: State) -> dict[s
             f"file {source.id} is a batch's {source.purpose}, not an input (purpose batch)",
             param="input_file_id",
         )
-    content = await state.fw.store.file_content(source.id, tenant) or b""
+    content = await state.fw.openai_records.file_content(source.id, tenant) or b""
     now = state.fw.clock.now()
     requests, numbers = _requests(state, endpoint, content, WINDOW_S[window])
     batch = OpenAIBatch(
@@ -141,8 +141,8 @@ async def create_batch(request: Request, tenant: Tenant, state: State) -> dict[s
 
 
 async def _found(state: ApiState, batch_id: str, tenant: str) -> OpenAIBatch:
-    store = state.fw.store
-    found = await store.get_openai_batch(batch_id, tenant) if _ID.fullmatch(batch_id) else None
+    records = state.fw.openai_records
+    found = await records.get_openai_batch(batch_id, tenant) if _ID.fullmatch(batch_id) else None
     if found is None:
         raise ApiProblem(404, "batch-not-found", f"no batch {batch_id[:64]!r}", param="batch_id")
     return found
@@ -160,7 +160,7 @@ async def list_batches(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     after: Annotated[str | None, Query(max_length=64, pattern=_ID.pattern)] = None,
 ) -> dict[str, Any]:
-    found = await state.fw.store.list_openai_batches(tenant, after, limit + 1)
+    found = await state.fw.openai_records.list_openai_batches(tenant, after, limit + 1)
     return list_page([await _current(state, b) for b in found[:limit]], len(found) > limit)
 
 
@@ -172,7 +172,7 @@ async def cancel_batch(batch_id: str, tenant: Tenant, state: State) -> dict[str,
     batch = await _found(state, batch_id, tenant)
     if batch.status == "completed":
         raise ApiProblem(409, "batch-ended", f"batch {batch.id} has completed already")
-    if await fw.store.cancel_openai_batch(batch.id, tenant, fw.clock.now()):
+    if await fw.openai_records.cancel_openai_batch(batch.id, tenant, fw.clock.now()):
         for task in await BatchEnder(fw.runtime).tasks(batch):
             if not task.terminal:
                 with contextlib.suppress(IllegalTransition):  # it ended meanwhile

@@ -93,7 +93,9 @@ def jsonl_lines(content: bytes, max_depth: int) -> list[tuple[int, dict[str, Any
 
 
 async def tenant_file(state: ApiState, file_id: str, tenant: str) -> StoredFile:
-    found = await state.fw.store.get_file(file_id, tenant) if _ID.fullmatch(file_id) else None
+    found = (
+        await state.fw.openai_records.get_file(file_id, tenant) if _ID.fullmatch(file_id) else None
+    )
     if found is None:
         raise ApiProblem(404, "file-not-found", f"no file {file_id[:64]!r}", param="file_id")
     return found
@@ -125,7 +127,7 @@ async def upload(request: Request, tenant: Tenant, state: State) -> dict[str, An
         bytes=len(content),
         created_at=now,
     )
-    await state.fw.store.put_file(stored, content)
+    await state.fw.openai_records.put_file(stored, content)
     return file_object(stored)
 
 
@@ -138,7 +140,7 @@ async def list_files(
     after: Annotated[str | None, Query(max_length=64, pattern=_ID.pattern)] = None,
 ) -> dict[str, Any]:
     """The tenant's files, newest first (the ``order`` OpenAI defaults to)."""
-    found = await state.fw.store.list_files(tenant, purpose, after, limit + 1)
+    found = await state.fw.openai_records.list_files(tenant, purpose, after, limit + 1)
     return list_page([file_object(f) for f in found[:limit]], len(found) > limit)
 
 
@@ -150,7 +152,7 @@ async def get_file(file_id: str, tenant: Tenant, state: State) -> dict[str, Any]
 @router.get("/files/{file_id}/content")
 async def file_content(file_id: str, tenant: Tenant, state: State) -> Response:
     found = await tenant_file(state, file_id, tenant)
-    content = await state.fw.store.file_content(found.id, tenant)
+    content = await state.fw.openai_records.file_content(found.id, tenant)
     if content is None:
         raise ApiProblem(404, "file-not-found", f"no file {file_id[:64]!r}", param="file_id")
     return Response(content, media_type="application/octet-stream")
@@ -159,5 +161,5 @@ async def file_content(file_id: str, tenant: Tenant, state: State) -> Response:
 @router.delete("/files/{file_id}")
 async def delete_file(file_id: str, tenant: Tenant, state: State) -> dict[str, Any]:
     found = await tenant_file(state, file_id, tenant)
-    await state.fw.store.delete_file(found.id, tenant)
+    await state.fw.openai_records.delete_file(found.id, tenant)
     return {"id": found.id, "object": "file", "deleted": True}
