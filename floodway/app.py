@@ -31,7 +31,15 @@ from floodway.maintenance.loop import Maintenance
 from floodway.maintenance.sweeper import Sweeper
 from floodway.providers.registry import aclose_kinds
 from floodway.runtime import AlertHook, Runtime
-from floodway.store.base import Store, TaskQuery
+from floodway.store.base import (
+    BudgetUse,
+    SpendQuery,
+    SpendReport,
+    Store,
+    StoreStats,
+    TaskEvent,
+    TaskQuery,
+)
 from floodway.store.factory import open_store
 from floodway.store.openai_records import OpenAIRecords
 from floodway.worker.worker import Worker, WorkerOptions
@@ -265,6 +273,31 @@ class Floodway:
     async def list_tasks(self, query: TaskQuery | None = None) -> list[Task]:
         await self.open()
         return await self.runtime.store.list_tasks(query or TaskQuery())
+
+    async def events(self, task_id: str, after_seq: int = 0) -> list[TaskEvent]:
+        """A task's status changes after ``after_seq``, oldest first."""
+        await self.open()
+        return await self.runtime.store.events(task_id, after_seq)
+
+    async def batch_counts(self, batch_id: str, *, tenant: str | None = None) -> dict[str, int]:
+        """How many of a batch's tasks are in each status (no batch: none)."""
+        await self.open()
+        return await self.runtime.store.batch_counts(batch_id, tenant)
+
+    async def stats(self, *, tenant: str | None = None) -> StoreStats:
+        """Tasks per status and per kind: one tenant's, or (None) everyone's."""
+        await self.open()
+        return await self.runtime.store.stats(tenant)
+
+    async def spend(self, query: SpendQuery) -> SpendReport:
+        """What was spent and saved per tenant and kind, in total and over time."""
+        await self.open()
+        return await self.runtime.store.spend(query)
+
+    async def budget_use(self, tenant: str, since: float) -> BudgetUse:
+        """A tenant's spend and holds since ``since`` (the start of its budget's period)."""
+        await self.open()
+        return await self.runtime.store.budget_use(tenant, since)
 
     async def wait(
         self, task_id: str, timeout: float | None = None, *, tenant: str | None = None

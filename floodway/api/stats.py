@@ -7,9 +7,10 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from floodway.app import Floodway
 from floodway.core.states import Status
 from floodway.core.task import Task
-from floodway.store.base import Store, TaskQuery
+from floodway.store.base import TaskQuery
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,9 @@ class Recent:
     def __init__(self, size: int = 500) -> None:
         self.size = size
 
-    async def window(self, store: Store, tenant: str | None = None) -> Window:
+    async def window(self, fw: Floodway, tenant: str | None = None) -> Window:
         query = TaskQuery(tenant=tenant, descending=True, limit=self.size)
-        return Window(tuple(reversed(await store.list_tasks(query))))
+        return Window(tuple(reversed(await fw.list_tasks(query))))
 
 
 class Observed:

@@ -145,7 +145,7 @@ async def _run(
             console.line()
     # From the start to the last task's end: the work's makespan, not this view's polling.
     makespan = max(t.finished_at or started for t in latest.values()) - started
-    spend = await fw.store.spend(SpendQuery(since=0.0))
+    spend = await fw.spend(SpendQuery(since=0.0))
     return summarize([latest[i] for i in ids], sim, spend, makespan, opts, console)
 
 

@@ -97,12 +97,12 @@ async def test_health_docs_openapi_and_dashboard(api: ApiServer) -> None:
 async def test_recent_window_finds_the_newest_tasks(start_api: StartApi) -> None:
     server = await start_api(run_workers=False)
     recent = Recent(size=4)
-    assert (await recent.window(server.fw.store)).tasks == ()
+    assert (await recent.window(server.fw)).tasks == ()
     ids = [(await server.fw.submit("sim", {"i": i})).id for i in range(11)]
-    window = await recent.window(server.fw.store)
+    window = await recent.window(server.fw)
     assert [t.id for t in window.tasks] == ids[-4:]
     more = [(await server.fw.submit("sim", {"j": i})).id for i in range(3)]
-    window = await recent.window(server.fw.store)
+    window = await recent.window(server.fw)
     assert [t.id for t in window.tasks] == (ids + more)[-4:]
 
 

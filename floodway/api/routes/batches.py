@@ -75,7 +75,7 @@ async def submit_batch(
 async def batch_status(batch_id: str, tenant: Tenant, state: State) -> BatchStatus:
     counts = {s.value: 0 for s in Status}
     if BATCH_ID.fullmatch(batch_id):  # an id that cannot exist is simply not found
-        counts.update(await state.fw.store.batch_counts(batch_id, tenant))
+        counts.update(await state.fw.batch_counts(batch_id, tenant=tenant))
     total = sum(counts.values())
     if total == 0:
         raise ApiProblem(

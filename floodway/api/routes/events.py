@@ -50,7 +50,7 @@ async def status_stream(
     try:
         while True:
             changed.clear()  # before reading, so a write during the read wakes us again
-            batch = await fw.store.events(task_id, after_seq)
+            batch = await fw.events(task_id, after_seq)
             for event in batch:
                 after_seq = event.seq
                 yield format_event(event)
@@ -61,7 +61,7 @@ async def status_stream(
                 # terminal event's id after every stream the server closed.
                 task = await fw.store.get(task_id)
                 if task is None or task.terminal:
-                    for event in await fw.store.events(task_id, after_seq):  # it just ended
+                    for event in await fw.events(task_id, after_seq):  # it just ended
                         yield format_event(event)
                     return
             if not await event_set_within(changed, recheck_s):

@@ -61,8 +61,8 @@ async def stats_snapshot(state: ApiState, tenant: str | None = None) -> StatsOut
     """What ``GET /v1/stats`` answers one tenant, or (None) an operator; the operator's view
     is also sampled into the history."""
     fw = state.fw
-    counts = await fw.store.stats(tenant)
-    window = await state.recent.window(fw.store, tenant)
+    counts = await fw.stats(tenant=tenant)
+    window = await state.recent.window(fw, tenant)
     return StatsOut(
         tenant=tenant,
         tasks=dict(counts.by_status),
@@ -75,7 +75,7 @@ async def stats_snapshot(state: ApiState, tenant: str | None = None) -> StatsOut
         dead_letters=counts.by_status.get("dead", 0),
         resources=await resource_snapshot(fw.runtime) if tenant is None else {},
         upstream=fw.runtime.upstream.as_dict() if tenant is None else {},
-        spend=_spend_total(await fw.store.spend(SpendQuery(since=0.0, tenant=tenant))),
+        spend=_spend_total(await fw.spend(SpendQuery(since=0.0, tenant=tenant))),
     )
 
 
@@ -131,10 +131,10 @@ async def render_metrics(state: ApiState) -> Response:
     """Every tenant's counts, the limiter's and the providers' state: the operator's view."""
     fw = state.fw
     body = state.metrics.render(
-        await fw.store.stats(),
-        await fw.store.spend(SpendQuery(since=0.0)),
+        await fw.stats(),
+        await fw.spend(SpendQuery(since=0.0)),
         await resource_snapshot(fw.runtime),
-        await state.recent.window(fw.store),
+        await state.recent.window(fw),
         fw.runtime.upstream.as_dict(),
         fw.runtime.callbacks_out,
     )

@@ -85,7 +85,7 @@ async def spend(
     # Everything kept spans the retention of finished rows, spend rows' too.
     span = now - start if start is not None else fw.settings.retention.rows
     bucket_s = max(_seconds(bucket), span / MAX_POINTS, 1.0)
-    report = await fw.store.spend(
+    report = await fw.spend(
         SpendQuery(since=start or 0.0, tenant=view, kind=kind, bucket_s=bucket_s)
     )
     tenants = sorted({line.tenant for line in report.lines} | ({view} if view else set()))
@@ -112,7 +112,7 @@ async def budget_view(state: ApiState, tenant: str) -> BudgetOut | None:
         return None
     now = fw.clock.now()
     start = budget.period_start(now)
-    use = await fw.store.budget_use(tenant, start)
+    use = await fw.budget_use(tenant, start)
     return BudgetOut(
         tenant=tenant,
         amount=budget.amount,

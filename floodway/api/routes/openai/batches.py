@@ -182,7 +182,7 @@ async def cancel_batch(batch_id: str, tenant: Tenant, state: State) -> dict[str,
 
 async def _current(state: ApiState, batch: OpenAIBatch) -> dict[str, Any]:
     """The batch object; ends the batch first if its last task has ended."""
-    counts = await state.fw.store.batch_counts(batch.id, batch.tenant)
+    counts = await state.fw.batch_counts(batch.id, tenant=batch.tenant)
     ended = sum(n for s, n in counts.items() if Status(s) in TERMINAL)
     if batch.status in ("in_progress", "cancelling") and ended == batch.total:
         await BatchEnder(state.fw.runtime).end(batch)
