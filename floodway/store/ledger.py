@@ -19,7 +19,7 @@ from floodway.core.errors import IllegalTransition
 from floodway.core.outcome import Applied, Completion, Succeeded
 from floodway.core.owners import new_identity
 from floodway.core.spend import Budget, Charge
-from floodway.core.states import CLAIMABLE, Status, check_transition
+from floodway.core.states import Status, check_transition
 from floodway.core.task import Candidate, NewTask, Submitted, Task
 from floodway.store import rules
 from floodway.store.base import (
@@ -54,9 +54,6 @@ from floodway.store.rows import (
 from floodway.store.steps import Query, Row, Rule, all_rows, count, one
 
 T = TypeVar("T")
-
-for _state in CLAIMABLE:  # the claim statements move these to running: keep them in the table
-    check_transition(_state, Status.RUNNING)
 
 
 class Ledger(LedgerOpenAIRecords, ABC):
@@ -183,22 +180,7 @@ class Ledger(LedgerOpenAIRecords, ABC):
         return [candidate_from_row(r) for r in rows]
 
     async def claim(self, params: ClaimParams) -> list[Task]:
-        args = claim_args(params)
-        if params.ids is None:
-            name = "claim_next"
-            args.update(kinds=params.kinds, limit=params.limit)
-        else:
-            name = "claim_ids"
-            args.update(ids=params.ids)
-
-        def rule(changes: list[TaskChange]) -> Rule[list[Task]]:
-            tasks = [task_from_row(r) for r in (yield from all_rows(name, **args))]  # logged
-            changes.extend(TaskChange(t.id, t.status, t.tenant) for t in tasks)
-            return tasks
-
-        tasks = await self._write(rule)
-        tasks.sort(key=lambda t: (t.lane.rank, t.seq))
-        return tasks
+        return await self._write(lambda changes: rules.claim(params, changes))
 
     async def complete(self, items: Sequence[Completion], now: float) -> list[Applied]:
         for item in items:
@@ -305,19 +287,7 @@ class Ledger(LedgerOpenAIRecords, ABC):
         return await self._tasks("past_deadline", now=now, limit=limit)
 
     async def purge(self, retention: Retention) -> Purged:
-        results_before = retention.now - retention.result_ttl_s
-        rows_before = retention.now - retention.row_ttl_s
-
-        def rule(_: list[TaskChange]) -> Rule[Purged]:
-            cleared = yield from count("purge_results", before=results_before)
-            yield from count("purge_fingerprints", before=results_before)
-            deleted = yield from count("purge_rows", before=rows_before)
-            yield from count("purge_events", before=rows_before)
-            keys = yield from count("purge_keys", now=retention.now)
-            yield from count("purge_spend", before=rows_before)
-            return Purged(cleared, deleted, keys)
-
-        return await self._write(rule)
+        return await self._write(lambda _: rules.purge(retention))
 
     async def try_lead(self, name: str, owner: str, now: float, ttl_s: float) -> bool:
         params = {"name": name, "owner": owner, "now": now, "expires_at": now + ttl_s}

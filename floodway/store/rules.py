@@ -42,19 +42,27 @@ from floodway.core.errors import (
 )
 from floodway.core.outcome import Applied, Completion, Succeeded
 from floodway.core.spend import Budget, Charge
-from floodway.core.states import TERMINAL, Status, check_transition
+from floodway.core.states import CLAIMABLE, TERMINAL, Status, check_transition
 from floodway.core.task import ErrorClass, ErrorInfo, Lane, NewTask, Submitted, Task, new_id
-from floodway.store.base import BatchKey, HeartbeatResult, TaskChange
+from floodway.store.base import (
+    BatchKey,
+    ClaimParams,
+    HeartbeatResult,
+    Purged,
+    Retention,
+    TaskChange,
+)
 from floodway.store.rows import (
+    claim_args,
     completion_params,
     dumps,
     insert_params,
     task_from_row,
 )
-from floodway.store.steps import Row, Rule, all_rows, count, one
+from floodway.store.steps import Ask, Row, Rule, all_rows, ask, count, each, one
 
-#: the event detail of a task resolved by another tenant's work (its id stays private)
-SHARED = "shared work"
+for _state in CLAIMABLE:  # a claim moves these to running: keep them in the table
+    check_transition(_state, Status.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -88,9 +96,31 @@ def load(task_id: str, *, lock: bool = False) -> Rule[Task]:
 
 
 def event(task_id: str, status: Status, now: float, attempt: int, detail: str = "") -> Rule[None]:
-    yield from count(
-        "insert_event", task_id=task_id, status=status.value, at=now, attempt=attempt, detail=detail
-    )
+    yield from count("insert_event", **event_row(task_id, status, now, attempt, detail))
+
+
+def event_row(
+    task_id: str, status: Status, now: float, attempt: int, detail: str = ""
+) -> dict[str, Any]:
+    return {
+        "task_id": task_id,
+        "status": status.value,
+        "at": now,
+        "attempt": attempt,
+        "detail": detail,
+    }
+
+
+def events(rows: list[dict[str, Any]]) -> Rule[None]:
+    """Many events (:func:`event_row`) in one step."""
+    if rows:
+        yield from each("insert_event", rows)
+
+
+def deduped_detail(source: str | None) -> str:
+    """The event of a task that took the result of ``source``'s work; None: another
+    tenant's, whose task id stays private."""
+    return f"result of {source or 'shared work'}"
 
 
 # -- submit ---------------------------------------------------------------------------------
@@ -110,7 +140,7 @@ def submit(
     inserted: dict[str, Row] = {}
     if fast:
         given = [_insert_row(task_id, n, now) for n, now, task_id in fast]
-        for got in (yield from all_rows("insert_tasks", rows=given)):
+        for got in (yield from insert_tasks(given)):
             inserted[got["id"]] = got
     ids = iter(fast)
     results: list[list[Submitted]] = []
@@ -331,9 +361,7 @@ def claim_work(task: Task, fp: str, now: float, before: Task | None = None) -> R
         detail = (
             "result of its own last call"
             if own
-            else f"result of {source.id}"
-            if same_tenant
-            else f"result of {SHARED}"
+            else deduped_detail(source.id if same_tenant else None)
         )
         yield from event(task.id, Status.DEDUPED, now, 0, detail)
         yield from record_saved([(task.id, source.id)], now)
@@ -366,10 +394,8 @@ def _work_succeeded(
     # This UPDATE takes the fingerprint's lock before the waiters are read.
     if not (yield from count("fingerprint_succeeded", fingerprint=fp, task_id=task_id, now=now)):
         return ()
-    rows = yield from all_rows("resolve_waiters", owner=task_id, result=dumps(result), now=now)
+    rows = yield from resolve_waiters_of([(task_id, result)], now)
     for r in rows:
-        detail = f"result of {task_id}" if r["duplicate_of"] else f"result of {SHARED}"
-        yield from event(r["id"], Status.DEDUPED, now, 0, detail)
         changes.append(TaskChange(r["id"], Status.DEDUPED, r["tenant"]))
     yield from record_saved([(r["id"], task_id) for r in rows], now)
     return tuple(r["id"] for r in rows)
@@ -417,7 +443,7 @@ def complete(
             one_by_one.append((yield from complete_one(item, now, changes)))
         return one_by_one
     given = [{**completion_params(i, now), "detail": _detail(i)} for i in items]
-    moved = {r["id"]: r for r in (yield from all_rows("complete_many", rows=given, now=now))}
+    moved = {r["id"]: r for r in (yield from complete_many(given, now))}
     # Before the work is released: a deduped waiter's saving is the cost written here.
     yield from record_spend([(i.task_id, i.charge) for i in items if i.task_id in moved], now)
     missed = [i for i in items if i.task_id not in moved]
@@ -486,10 +512,8 @@ def _release_succeeded(
         r["task_id"] for r in (yield from all_rows("fingerprints_succeeded", rows=marked, now=now))
     }
     if owners:
-        owned = [
-            {"owner": i.task_id, "result": dumps(i.result)} for i, _ in done if i.task_id in owners
-        ]
-        resolved = yield from all_rows("resolve_waiters_of", rows=owned, now=now)
+        owned = [(i.task_id, i.result) for i, _ in done if i.task_id in owners]
+        resolved = yield from resolve_waiters_of(owned, now)
         for r in resolved:
             released[r["owner"]].append(r["id"])
             changes.append(TaskChange(r["id"], Status.DEDUPED, r["tenant"]))
@@ -573,6 +597,132 @@ def heartbeat(
     lost = tuple(task_id for task_id, _ in leases if task_id not in held)
     cancel = tuple(task_id for task_id, _ in leases if held.get(task_id))
     return HeartbeatResult(lost, cancel)
+
+
+# -- dispatch and retention ------------------------------------------------------------------
+
+
+def claim(params: ClaimParams, changes: list[TaskChange]) -> Rule[list[Task]]:
+    """Lease ready tasks: the next ones in dispatch order (up to ``params.limit``), or those of
+    ``params.ids`` that are still ready. Each moves to running with its attempt counted."""
+    args = claim_args(params)
+    if params.ids is None:
+        name = "claim_next"
+        args.update(kinds=params.kinds, limit=params.limit)
+    else:
+        name = "claim_ids"
+        args.update(ids=params.ids)
+    rows = sorted((yield from all_rows(name, **args)), key=lambda r: (r["lane_rank"], r["seq"]))
+    if not (yield from ask(Ask.MULTI_TABLE)):  # else the claim logged them itself
+        running = Status.RUNNING
+        yield from events(
+            [event_row(r["id"], running, params.now, r["attempts"], params.owner) for r in rows]
+        )
+    tasks = [task_from_row(r) for r in rows]
+    changes.extend(TaskChange(t.id, t.status, t.tenant) for t in tasks)
+    return tasks
+
+
+def purge(retention: Retention) -> Rule[Purged]:
+    """Results past their TTL cleared (and their fingerprints, so the work runs again), then
+    rows past theirs deleted with their events and spend, and expired request keys."""
+    results_before = retention.now - retention.result_ttl_s
+    rows_before = retention.now - retention.row_ttl_s
+    cleared = yield from count("purge_results", before=results_before)
+    yield from count("purge_fingerprints", before=results_before)
+    deleted = yield from count("purge_rows", before=rows_before)
+    yield from count("purge_events", before=rows_before)
+    keys = yield from count("purge_keys", now=retention.now)
+    yield from count("purge_spend", before=rows_before)
+    return Purged(cleared, deleted, keys)
+
+
+# -- writes on many rows ----------------------------------------------------------------------
+# Where one statement may write several tables (Ask.MULTI_TABLE), each of these is one
+# statement; elsewhere the same steps a row at a time.
+
+
+def insert_tasks(rows: list[dict[str, Any]]) -> Rule[list[Row]]:
+    """Many submits' tasks in the given order, their queued events, and the fingerprints
+    nobody holds yet. A task with a request key goes in only if its key is reserved here
+    (the caller takes the others one by one); ``owns_work`` is false for a task whose
+    fingerprint someone else (or an earlier task of these) holds."""
+    if (yield from ask(Ask.MULTI_TABLE)):
+        return (yield from all_rows("insert_tasks", rows=rows))
+    inserted: list[Row] = []
+    for row in rows:
+        key = row["idempotency_key"]
+        if key is not None and not (
+            yield from count(
+                "reserve_request_key",
+                tenant=row["tenant"],
+                key=key,
+                task_id=row["id"],
+                request_hash=row["request_hash"],
+                expires_at=row["key_expires_at"],
+            )
+        ):
+            continue
+        task = yield from one("insert_task", **row)
+        assert task is not None  # INSERT ... RETURNING always returns the row
+        fp = row["fingerprint"]
+        owns = fp is not None and bool(
+            (
+                yield from count(
+                    "claim_fingerprint", fingerprint=fp, task_id=row["id"], now=row["now"]
+                )
+            )
+        )
+        inserted.append({**task, "owns_work": owns})
+    yield from events([event_row(t["id"], Status.QUEUED, t["created_at"], 0) for t in inserted])
+    return inserted
+
+
+def complete_many(rows: list[dict[str, Any]], now: float) -> Rule[list[Row]]:
+    """The ``complete`` compare-and-set of many distinct tasks (its parameters and the event's
+    ``detail``), with their events: the rows moved (the others did not match)."""
+    if (yield from ask(Ask.MULTI_TABLE)):
+        return (yield from all_rows("complete_many", rows=rows, now=now))
+    moved: list[Row] = []
+    for row in rows:
+        params = {k: v for k, v in row.items() if k != "detail"}
+        done = yield from one("complete", **params)
+        if done is not None:
+            moved.append(done)
+    to = {r["id"]: r for r in rows}
+    yield from events(
+        [
+            event_row(m["id"], Status(to[m["id"]]["to"]), now, m["attempts"], to[m["id"]]["detail"])
+            for m in moved
+        ]
+    )
+    return moved
+
+
+def resolve_waiters_of(owners: Sequence[tuple[str, Any]], now: float) -> Rule[list[Row]]:
+    """(owner, result): every queued waiter of each owner's work takes its result, deduped,
+    with its event (the waiters of another tenant are not told whose task it was). Returns
+    each waiter's id, tenant and owner."""
+    given: list[dict[str, Any]] = [
+        {"owner": owner, "result": dumps(result), "detail": deduped_detail(owner)}
+        for owner, result in owners
+    ]
+    if (yield from ask(Ask.MULTI_TABLE)):
+        return (
+            yield from all_rows(
+                "resolve_waiters_of", rows=given, shared=deduped_detail(None), now=now
+            )
+        )
+    resolved: list[Row] = []
+    logged = []
+    for g in given:
+        args = {"owner": g["owner"], "result": g["result"], "now": now}
+        for waiter in (yield from all_rows("resolve_waiters", **args)):
+            detail = g["detail"] if waiter["duplicate_of"] is not None else deduped_detail(None)
+            logged.append(event_row(waiter["id"], Status.DEDUPED, now, 0, detail))
+            resolved.append({"id": waiter["id"], "tenant": waiter["tenant"], "owner": g["owner"]})
+    yield from events(logged)
+    return resolved
 
 
 # -- requests from people -------------------------------------------------------------------

@@ -15,7 +15,12 @@ Writing a rule::
 Parameters are plain Python values, which each backend binds its own way: a list or tuple of
 scalars is a list parameter (a JSON array for SQLite's ``json_each``, an array for
 PostgreSQL), a list of dicts is a set of rows for a statement on many rows (JSON records for
-PostgreSQL's ``json_to_recordset``; SQLite runs such statements a row at a time).
+``json_each`` and PostgreSQL's ``json_to_recordset``). An ``each`` query runs its statement
+once per row of ``rows``.
+
+A backend's SQL may write several tables in one statement (PostgreSQL's data-modifying CTEs)
+or not (SQLite): a rule that writes many rows and their events asks (:data:`Ask.MULTI_TABLE`)
+and sends one statement, or the same steps a row at a time.
 """
 
 from __future__ import annotations
@@ -29,13 +34,14 @@ T = TypeVar("T")
 
 #: A row as the backends return it: columns by name.
 Row = Mapping[str, Any]
-Shape = Literal["one", "all", "count"]
+Shape = Literal["one", "all", "count", "each"]
 
 
 @dataclass(frozen=True)
 class Query:
     """Run the named statement; the rule receives the first row or None (``one``), every row
-    (``all``) or the number of rows it changed (``count``)."""
+    (``all``) or the number of rows it changed (``count``); ``each``: once per row of the
+    ``rows`` parameter (the rule receives None)."""
 
     name: str
     params: Mapping[str, Any]
@@ -55,7 +61,14 @@ class Tx(Enum):
     ROLLBACK_TO = "rollback_to"
 
 
-Step = Query | Tx
+class Ask(Enum):
+    """A question a rule asks its backend about its SQL: the answer is True or False."""
+
+    #: may one statement write several tables (a row and its event, many rows at once)?
+    MULTI_TABLE = "multi_table"
+
+
+Step = Query | Tx | Ask
 #: A rule: a generator of steps whose return value is the rule's answer.
 Rule = Generator[Step, Any, T]
 
@@ -74,3 +87,13 @@ def count(query: str, /, **params: Any) -> Rule[int]:
     """Run a write; the number of rows it changed."""
     changed: int = yield Query(query, params, "count")
     return changed
+
+
+def each(query: str, rows: list[dict[str, Any]]) -> Rule[None]:
+    """Run a write once per row (its parameters)."""
+    yield Query(query, {"rows": rows}, "each")
+
+
+def ask(question: Ask) -> Rule[bool]:
+    answer: bool = yield question
+    return answer

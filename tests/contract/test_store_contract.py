@@ -940,7 +940,9 @@ async def test_another_store_s_claim_wakes_nobody_but_its_outcome_does(backend: 
 def test_every_sqlite_query_has_a_postgres_twin() -> None:
     sqlite = load_queries("floodway.store.sqlite")
     postgres = load_queries("floodway.store.postgres")
-    assert sorted(set(sqlite) - set(postgres)) == []
+    # Where one statement cannot write several tables, waiters are resolved an owner at a time;
+    # PostgreSQL resolves every owner's in one (resolve_waiters_of).
+    assert sorted(set(sqlite) - set(postgres)) == ["resolve_waiters"]
 
 
 async def test_migrations_are_recorded_and_applied_once(backend: Backend, store: Store) -> None:

@@ -171,23 +171,14 @@ FROM (SELECT min(lane_rank) AS rank FROM tasks
       WHERE waits_for = %(id)s AND status = 'queued') AS w
 WHERE tasks.id = %(id)s AND tasks.lane_rank > w.rank;
 
--- The waiters of another tenant see the result, not whose task made it.
--- name: resolve_waiters
-UPDATE tasks SET status = 'deduped', waits_for = NULL, result = %(result)s::text,
-    finished_at = %(now)s, updated_at = %(now)s,
-    duplicate_of = CASE WHEN tasks.tenant = o.tenant THEN o.id END,
-    callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
-    callback_next_at = CASE WHEN callback_url IS NOT NULL THEN %(now)s
-                            ELSE callback_next_at END
-FROM (SELECT id, tenant FROM tasks WHERE id = %(owner)s) AS o
-WHERE tasks.waits_for = %(owner)s AND tasks.status = 'queued'
-RETURNING tasks.id, tasks.tenant, tasks.duplicate_of;
-
--- resolve_waiters for many owners at once, with the waiters' events.
+-- Every queued waiter of many owners takes its owner's result, with its event: the owner's
+-- detail, or %(shared)s for another tenant's waiter (whose duplicate_of stays NULL).
 -- name: resolve_waiters_of
-WITH given AS (SELECT * FROM json_to_recordset(%(rows)s::json) AS (owner text, result text)),
+WITH given AS (SELECT * FROM json_to_recordset(%(rows)s::json)
+               AS (owner text, result text, detail text)),
 owners AS (
-    SELECT given.owner, given.result, t.tenant FROM given JOIN tasks t ON t.id = given.owner
+    SELECT given.owner, given.result, given.detail, t.tenant FROM given
+    JOIN tasks t ON t.id = given.owner
     WHERE t.id = ANY(ARRAY(SELECT owner FROM given))
 ), resolved AS (
     UPDATE tasks SET status = 'deduped', waits_for = NULL, result = w.result,
@@ -200,12 +191,11 @@ owners AS (
     FROM owners AS w
     WHERE tasks.waits_for = ANY(ARRAY(SELECT owner FROM given))
       AND tasks.waits_for = w.owner AND tasks.status = 'queued'
-    RETURNING tasks.id, tasks.tenant, tasks.seq, tasks.duplicate_of, w.owner
+    RETURNING tasks.id, tasks.tenant, tasks.seq, tasks.duplicate_of, w.owner, w.detail
 ), logged AS (
     INSERT INTO task_events (task_id, status, at, attempt, detail)
     SELECT id, 'deduped', %(now)s, 0,
-           CASE WHEN duplicate_of IS NULL THEN 'result of shared work'
-                ELSE 'result of ' || owner END
+           CASE WHEN duplicate_of IS NULL THEN %(shared)s::text ELSE detail END
     FROM resolved ORDER BY seq
 )
 SELECT id, tenant, owner FROM resolved ORDER BY seq;

@@ -43,7 +43,7 @@ from floodway.store.group import Write, Written, commit_group
 from floodway.store.ledger import Ledger
 from floodway.store.postgres.listen import ChangeFeed, listen
 from floodway.store.postgres.sql import MIGRATIONS, Conn, Q
-from floodway.store.steps import Query, Step, Tx, count
+from floodway.store.steps import Ask, Query, Step, Tx, count
 
 T = TypeVar("T")
 Pool = AsyncConnectionPool[Conn]
@@ -304,6 +304,12 @@ class PostgresStore(Ledger):
 async def _execute(conn: Conn, step: Step) -> Any:
     if isinstance(step, Tx):
         await conn.execute(_TX[step], prepare=False)
+        return None
+    if isinstance(step, Ask):
+        return True  # data-modifying CTEs
+    if step.shape == "each":
+        async with conn.cursor() as cur:
+            await cur.executemany(Q[step.name], step.params["rows"])
         return None
     cur = await conn.execute(Q[step.name], _bind(step.params))
     if step.shape == "one":

@@ -21,7 +21,7 @@ import re
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,7 +32,7 @@ from floodway.store.group import Write, Written, commit_group
 from floodway.store.ledger import Ledger
 from floodway.store.queries import load_migrations, load_queries
 from floodway.store.sqlite.threads import Checkpointer, ConnectionThread
-from floodway.store.steps import Query, Step, Tx
+from floodway.store.steps import Ask, Query, Step, Tx
 
 Q = load_queries("floodway.store.sqlite")
 MIGRATIONS = load_migrations("floodway.store.sqlite.migrations")
@@ -282,9 +282,11 @@ def _execute(conn: sqlite3.Connection, step: Step) -> Any:
         if step is not Tx.ROLLBACK or conn.in_transaction:
             conn.execute(_TX[step])
         return None
-    composite = COMPOSITES.get(step.name)
-    if composite is not None:
-        return composite(conn, step.params)
+    if isinstance(step, Ask):
+        return False  # one statement writes one table here
+    if step.shape == "each":
+        conn.executemany(_sql(step.name), step.params["rows"])
+        return None
     cur = conn.execute(_sql(step.name), _bind(step.params))
     if step.shape == "one":
         return cur.fetchone()
@@ -302,102 +304,6 @@ def _sql(name: str) -> str:
 def _bind(params: Mapping[str, Any]) -> dict[str, Any]:
     """Lists (of ids, of kinds, of rows) go to SQLite's ``json_each`` as JSON arrays."""
     return {k: json.dumps(v) if isinstance(v, list | tuple) else v for k, v in params.items()}
-
-
-# -- statements PostgreSQL runs as one, run here a row at a time ----------------------------
-# (SQLite cannot write two tables in one statement; in-process, a statement costs microseconds.)
-
-
-def _insert_tasks(c: sqlite3.Connection, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-    inserted = []
-    for row in params["rows"]:
-        if row.get("idempotency_key") is not None:
-            key = {
-                "tenant": row["tenant"],
-                "key": row["idempotency_key"],
-                "task_id": row["id"],
-                "request_hash": row["request_hash"],
-                "expires_at": row["key_expires_at"],
-            }
-            if not c.execute(Q["reserve_request_key"], key).rowcount:
-                continue  # taken: the rule submits this one alone
-        task = dict(c.execute(Q["insert_task"], _insert_params(row)).fetchone())
-        _log(c, task["id"], "queued", task["created_at"], 0, "")
-        owns = row["fingerprint"] is not None and bool(
-            c.execute(
-                Q["claim_fingerprint"],
-                {"fingerprint": row["fingerprint"], "task_id": row["id"], "now": row["now"]},
-            ).rowcount
-        )
-        inserted.append({**task, "owns_work": owns})
-    return inserted
-
-
-def _insert_params(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if k not in ("request_hash", "key_expires_at")}
-
-
-def _complete_many(c: sqlite3.Connection, params: Mapping[str, Any]) -> list[sqlite3.Row]:
-    moved = []
-    for row in params["rows"]:
-        done = c.execute(Q["complete"], {k: v for k, v in row.items() if k != "detail"}).fetchone()
-        if done is not None:
-            _log(c, row["id"], row["to"], params["now"], done["attempts"], row["detail"])
-            moved.append(done)
-    return moved
-
-
-def _resolve_waiters_of(c: sqlite3.Connection, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-    resolved = []
-    now = params["now"]
-    for given in params["rows"]:
-        owner = given["owner"]
-        args = {"owner": owner, "result": given["result"], "now": now}
-        for waiter in c.execute(Q["resolve_waiters"], args).fetchall():
-            shared = waiter["duplicate_of"] is None
-            detail = "result of shared work" if shared else f"result of {owner}"
-            _log(c, waiter["id"], "deduped", now, 0, detail)
-            resolved.append({"id": waiter["id"], "tenant": waiter["tenant"], "owner": owner})
-    return resolved
-
-
-def _claim(name: str) -> Callable[[sqlite3.Connection, Mapping[str, Any]], list[sqlite3.Row]]:
-    def claim(c: sqlite3.Connection, params: Mapping[str, Any]) -> list[sqlite3.Row]:
-        rows = c.execute(Q[name], _bind(params)).fetchall()
-        c.executemany(
-            Q["insert_event"],
-            [
-                {
-                    "task_id": r["id"],
-                    "status": "running",
-                    "at": params["now"],
-                    "attempt": r["attempts"],
-                    "detail": params["owner"],
-                }
-                for r in rows
-            ],
-        )
-        return rows
-
-    return claim
-
-
-def _log(
-    c: sqlite3.Connection, task_id: str, status: str, at: float, attempt: int, detail: str
-) -> None:
-    c.execute(
-        Q["insert_event"],
-        {"task_id": task_id, "status": status, "at": at, "attempt": attempt, "detail": detail},
-    )
-
-
-COMPOSITES: dict[str, Callable[[sqlite3.Connection, Mapping[str, Any]], Any]] = {
-    "insert_tasks": _insert_tasks,
-    "complete_many": _complete_many,
-    "resolve_waiters_of": _resolve_waiters_of,
-    "claim_next": _claim("claim_next"),
-    "claim_ids": _claim("claim_ids"),
-}
 
 
 # -- schema ---------------------------------------------------------------------------------
