@@ -137,9 +137,6 @@ class Floodway:
 
         return register
 
-    def add_kind(self, spec: KindSpec) -> None:
-        self.kinds.add(spec)
-
     def on_dead(self, hook: AlertHook) -> AlertHook:
         """Register a callable run when a task becomes a dead letter."""
         self._alert_hooks.append(hook)

@@ -41,11 +41,6 @@ class Context:
         return self.task.work_key
 
     @property
-    def idempotency_key(self) -> str:
-        """The name :attr:`work_key` had first (kept: handlers written for it keep working)."""
-        return self.task.work_key
-
-    @property
     def attempt(self) -> int:
         return self.task.attempts
 

@@ -170,7 +170,7 @@ class Runtime:
     settings: Settings
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     hub: ChangeHub = field(default_factory=ChangeHub)
-    upstream: UpstreamCounts = field(default_factory=UpstreamCounts)
+    upstream_counts: UpstreamCounts = field(default_factory=UpstreamCounts)
     #: outbound callbacks this process delivered, retried or gave up on, since start
     callbacks_out: Counter[str] = field(default_factory=Counter)
     alert_hooks: list[AlertHook] = field(default_factory=list)

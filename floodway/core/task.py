@@ -102,11 +102,6 @@ class Task:
         """The key sent upstream as Idempotency-Key: stable across attempts and recovery."""
         return self.fingerprint or f"fw-{self.id}"
 
-    @property
-    def idempotency_key(self) -> str | None:
-        """Deprecated name of :attr:`request_key` (the Task JSON field keeps this name)."""
-        return self.request_key
-
 
 @dataclass(frozen=True)
 class SubmitRequest:

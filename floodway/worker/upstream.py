@@ -271,7 +271,7 @@ class UpstreamPoller:
             outcome: Outcome = Failed(failed.error, usage=ctx.usage)
         else:
             self.polls += 1
-            runtime.upstream.record_poll(finished=state != "running")
+            runtime.upstream_counts.record_poll(finished=state != "running")
             if state == "running":
                 await self._reschedule(task, spec, ctx, ref, asked_at)
                 return

@@ -107,7 +107,7 @@ class Worker:
         #: earliest, not a poll interval later
         self._due: list[float] = []
         # -- upstream jobs: parked tasks are polled by this loop, not by a held worker slot --
-        self.upstream = UpstreamPoller(
+        self.poller = UpstreamPoller(
             runtime, owner=self.owner, lease_s=self.options.lease_s, idle_s=self.options.idle_poll_s
         )
 
@@ -123,7 +123,7 @@ class Worker:
         self._loops = [
             asyncio.create_task(self._dispatch_loop(), name="floodway-dispatch"),
             asyncio.create_task(self._heartbeat_loop(), name="floodway-heartbeat"),
-            asyncio.create_task(self.upstream.run(), name="floodway-upstream"),
+            asyncio.create_task(self.poller.run(), name="floodway-upstream"),
         ]
 
     async def stop(self, grace_s: float | None = None) -> None:
@@ -174,7 +174,7 @@ class Worker:
         """Deliver a cancel request to a task running in this process, at once."""
         run = self.running.get(task_id)
         if run is None:  # parked on an upstream job, perhaps: the cancel made its poll due
-            self.upstream.wake(self.runtime.clock.now())
+            self.poller.wake(self.runtime.clock.now())
             return False
         run.ctx.cancelled.set()
         return True
@@ -336,7 +336,7 @@ class Worker:
                 return
             message = f"the handler parked on {outcome.ref}, but kind {spec.name!r} has no poll"
             outcome = Failed(ErrorInfo(ErrorClass.FATAL, "not_pollable", message))
-        runtime.upstream.record(outcome)
+        runtime.upstream_counts.record(outcome)
         item = runtime.decide(run.task, outcome, runtime.clock.now(), run.ctx.billed)
         failed = outcome if isinstance(outcome, Failed) else None
         in_progress = failed is not None and failed.in_progress
@@ -436,7 +436,7 @@ class Worker:
                 log.exception("could not park %s", run.task.id)
                 return
             if parked:
-                self.upstream.wake(park.poll_at)
+                self.poller.wake(park.poll_at)
             else:
                 log.warning("task %s: lease lost, not parked", run.task.id)
         finally:

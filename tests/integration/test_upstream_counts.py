@@ -31,7 +31,7 @@ async def test_calls_429s_and_5xx_are_counted(tmp_path: Path) -> None:
                 Status.DEAD,
                 Status.FAILED,
             ]
-            counts = fw.runtime.upstream.as_dict()
+            counts = fw.runtime.upstream_counts.as_dict()
     assert counts["calls"] >= 5
     assert counts["server_errors"] == 1  # the refusal (400) is neither a 429 nor a 5xx
     assert counts["throttled"] >= 1

@@ -134,7 +134,7 @@ async def test_webhooks_with_a_fifth_of_callbacks_dropped_still_complete_everyth
             holder["fw"] = fw
             tasks = await fw.submit_many("gen", [{"n": i} for i in range(30)])
             done = await wait_all(fw, tasks)
-            polls = worker.upstream.polls
+            polls = worker.poller.polls
     stats = sim.state.stats
     assert Counter(t.status for t in done) == {Status.SUCCEEDED: 30}
     assert stats.webhooks_dropped >= 1 and sum(applied) >= 1

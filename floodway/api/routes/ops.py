@@ -74,7 +74,7 @@ async def stats_snapshot(state: ApiState, tenant: str | None = None) -> StatsOut
         retrying=counts.by_status.get("retrying", 0),
         dead_letters=counts.by_status.get("dead", 0),
         resources=await resource_snapshot(fw.runtime) if tenant is None else {},
-        upstream=fw.runtime.upstream.as_dict() if tenant is None else {},
+        upstream=fw.runtime.upstream_counts.as_dict() if tenant is None else {},
         spend=_spend_total(await fw.spend(SpendQuery(since=0.0, tenant=tenant))),
     )
 
@@ -135,7 +135,7 @@ async def render_metrics(state: ApiState) -> Response:
         await fw.spend(SpendQuery(since=0.0)),
         await resource_snapshot(fw.runtime),
         await state.recent.window(fw),
-        fw.runtime.upstream.as_dict(),
+        fw.runtime.upstream_counts.as_dict(),
         fw.runtime.callbacks_out,
     )
     return Response(body, media_type=CONTENT_TYPE_LATEST)
