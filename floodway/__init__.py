@@ -27,6 +27,7 @@ from floodway.core.errors import (
 from floodway.core.outcome import Parked
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Lane, SubmitRequest, Submitted, Task
+from floodway.store.base import SpendQuery, TaskQuery
 from floodway.version import __version__
 
 __all__ = [
@@ -51,12 +52,14 @@ __all__ = [
     "Parked",
     "RetryableError",
     "Settings",
+    "SpendQuery",
     "Status",
     "StoreError",
     "SubmitRequest",
     "Submitted",
     "Task",
     "TaskNotFound",
+    "TaskQuery",
     "Unavailable",
     "UnknownKind",
     "WaitTimeout",

@@ -7,6 +7,7 @@
   providers do, so the same work is billed once).
 - :func:`sever`: cut a ``Floodway`` off its ledger as SIGKILL would, to test recovery in
   one process.
+- :func:`settle`: let the event loop run what is ready (a few rounds), without sleeping.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from floodway.app import Floodway
 from floodway.context import Context
 from floodway.core.errors import FatalError, InvalidOutput, RetryableError
 from floodway.store.sqlite import SqliteStore
+
+__all__ = ["FakeClock", "SimulatedProvider", "settle", "sever"]
 
 
 class FakeClock:
