@@ -12,7 +12,9 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
 
+from floodway.api.media import JSON_BODY
 from floodway.api.problems import PROBLEM_JSON, Problem
 
 _DESCRIPTIONS = {
@@ -40,6 +42,21 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {
         code: {"model": Problem, "description": _DESCRIPTIONS.get(code, "Error")}
         for code in sorted({*codes, *_ALWAYS})
+    }
+
+
+def submit_route(model: type[BaseModel], summary: str, replay: str) -> dict[str, Any]:
+    """What a submit route declares: 202 with ``model``, the same with 200 when the
+    Idempotency-Key replays ``replay``, a JSON body, and the problems a submit answers."""
+    return {
+        "status_code": 202,
+        "response_model": model,
+        "summary": summary,
+        "dependencies": [JSON_BODY],
+        "responses": {
+            200: {"model": model, "description": f"Idempotency-Key replay: {replay}"},
+            **problems(401, 402, 409, 415, 422, 429),
+        },
     }
 
 

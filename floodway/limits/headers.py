@@ -105,27 +105,25 @@ def exhausted_pause(q: Quota, need: float) -> float | None:
 
 
 def _openai(lower: Mapping[str, str], now: float) -> list[Quota]:
-    found = []
-    for dim in (REQUESTS, TOKENS):
-        limit = _number(lower.get(f"x-ratelimit-limit-{dim}"))
-        remaining = _number(lower.get(f"x-ratelimit-remaining-{dim}"))
-        if limit is None and remaining is None:
-            continue
-        reset = _reset(lower.get(f"x-ratelimit-reset-{dim}"), now)
-        found.append(Quota(dim, limit, MINUTE_S, remaining, reset))
-    return found
+    triples = [(dim, f"x-ratelimit-{{}}-{dim}") for dim in (REQUESTS, TOKENS)]
+    return _quotas(lower, triples, now)
 
 
 def _anthropic(lower: Mapping[str, str], now: float) -> list[Quota]:
+    triples = [(dim, f"anthropic-ratelimit-{name}-{{}}") for name, dim in _ANTHROPIC.items()]
+    return _quotas(lower, triples, now)
+
+
+def _quotas(lower: Mapping[str, str], triples: list[tuple[str, str]], now: float) -> list[Quota]:
+    """(dimension, header name with ``{}`` for limit / remaining / reset): a quota for each
+    whose limit or remaining is sent."""
     found = []
-    for name, dim in _ANTHROPIC.items():
-        prefix = f"anthropic-ratelimit-{name}"
-        limit = _number(lower.get(f"{prefix}-limit"))
-        remaining = _number(lower.get(f"{prefix}-remaining"))
-        if limit is None and remaining is None:
-            continue
-        reset = _reset(lower.get(f"{prefix}-reset"), now)
-        found.append(Quota(dim, limit, MINUTE_S, remaining, reset))
+    for dim, header in triples:
+        limit = _number(lower.get(header.format("limit")))
+        remaining = _number(lower.get(header.format("remaining")))
+        if limit is not None or remaining is not None:
+            reset = _reset(lower.get(header.format("reset")), now)
+            found.append(Quota(dim, limit, MINUTE_S, remaining, reset))
     return found
 
 

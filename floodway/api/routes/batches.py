@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Header
 from fastapi.responses import Response
 
 from floodway.api.auth import Tenant
-from floodway.api.media import JSON_BODY, json_response
-from floodway.api.openapi import problems
+from floodway.api.media import json_response
+from floodway.api.openapi import problems, submit_route
 from floodway.api.problems import ApiProblem
 from floodway.api.schemas import BatchIn, BatchOut, BatchStatus
 from floodway.api.state import ApiState, api_state
@@ -25,17 +25,7 @@ BATCH_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 State = Annotated[ApiState, Depends(api_state)]
 
 
-@router.post(
-    "",
-    status_code=202,
-    response_model=BatchOut,
-    summary="Submit many tasks at once",
-    dependencies=[JSON_BODY],
-    responses={
-        200: {"model": BatchOut, "description": "Idempotency-Key replay: the same batch"},
-        **problems(401, 402, 409, 415, 422, 429),
-    },
-)
+@router.post("", **submit_route(BatchOut, "Submit many tasks at once", "the same batch"))
 async def submit_batch(
     body: BatchIn,
     tenant: Tenant,

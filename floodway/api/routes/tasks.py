@@ -12,8 +12,8 @@ from pydantic import StringConstraints, TypeAdapter
 
 from floodway.api.auth import Tenant, caller_of
 from floodway.api.direct import body_value, json_payload, validate
-from floodway.api.media import JSON_BODY, json_response, require_json
-from floodway.api.openapi import problems
+from floodway.api.media import json_response, require_json
+from floodway.api.openapi import problems, submit_route
 from floodway.api.schemas import SubmitIn, SubmitOut, TaskPage
 from floodway.api.state import ApiState, api_state
 from floodway.core.errors import InvalidInput, TaskNotFound
@@ -64,17 +64,7 @@ def decode_cursor(cursor: str) -> int:
     return int(cursor.removeprefix(_CURSOR_PREFIX), 16)
 
 
-@router.post(
-    "",
-    status_code=202,
-    response_model=SubmitOut,
-    summary="Submit a task",
-    dependencies=[JSON_BODY],
-    responses={
-        200: {"model": SubmitOut, "description": "Idempotency-Key replay: the same task"},
-        **problems(401, 402, 409, 415, 422, 429),
-    },
-)
+@router.post("", **submit_route(SubmitOut, "Submit a task", "the same task"))
 async def submit(
     body: SubmitIn, tenant: Tenant, state: State, key: IdempotencyKey = None
 ) -> Response:
