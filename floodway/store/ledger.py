@@ -279,9 +279,10 @@ class Ledger(LedgerOpenAIRecords, ABC):
         now: float,
         charge: Charge | None = None,
     ) -> bool:
-        return await self._write(
+        freed = await self._write(
             lambda changes: rules.close_attempt(task_id, lease_token, result, now, changes, charge)
         )
+        return freed is not None
 
     async def past_deadline(self, now: float, limit: int) -> list[Task]:
         return await self._tasks("past_deadline", now=now, limit=limit)

@@ -540,7 +540,9 @@ def _not_moved(
         return Applied(item.task_id, False, status)
     result = Succeeded(item.result) if item.to is Status.SUCCEEDED else None
     assert item.lease_token is not None
-    freed = yield from _close(item.task_id, item.lease_token, result, now, changes, item.charge)
+    freed = yield from close_attempt(
+        item.task_id, item.lease_token, result, now, changes, item.charge
+    )
     return Applied(item.task_id, False, status, freed or (), closed=freed is not None)
 
 
@@ -551,21 +553,11 @@ def close_attempt(
     now: float,
     changes: list[TaskChange],
     charge: Charge | None = None,
-) -> Rule[bool]:
-    return (yield from _close(task_id, token, result, now, changes, charge)) is not None
-
-
-def _close(
-    task_id: str,
-    token: str,
-    result: Succeeded | None,
-    now: float,
-    changes: list[TaskChange],
-    charge: Charge | None = None,
 ) -> Rule[tuple[str, ...] | None]:
-    """Close an ended task's open attempt; None when it was not open under ``token``. A
-    success is kept: on the task's row (its status unchanged) and for the work's waiters.
-    ``charge``: what the call billed, spent now (before a waiter's saving is counted)."""
+    """Close an ended task's open attempt: the waiters its work freed, or None when it was not
+    open under ``token``. A success is kept: on the task's row (its status unchanged) and for
+    the work's waiters. ``charge``: what the call billed, spent now (before a waiter's saving
+    is counted)."""
     row = yield from one(
         "close_attempt",
         id=task_id,
@@ -781,7 +773,7 @@ def manual_retry(
         until = task.lease_expires_at or now
         if task.lease_owner is not None or until > now:
             raise AttemptStillOpen(task_id, task.status.value, until, now)
-        yield from _close(task_id, task.lease_token, None, now, changes)
+        yield from close_attempt(task_id, task.lease_token, None, now, changes)
     written = yield from one("manual_retry", id=task_id, expected=task.status.value, now=now)
     if written is None:
         raise IllegalTransition(task.status, Status.QUEUED, "the task changed meanwhile")
