@@ -279,3 +279,19 @@ async def test_a_tenants_budget_holds_on_the_openai_front(
     other = front.sdk(key="key-b")  # another tenant has no budget
     await other.chat.completions.create(model="gpt-4o-mini", messages=_ask("three"))
     assert len(front.fake.billed) == 3
+
+
+async def test_a_refused_call_spends_no_submit_rate_token(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    """Every way in checks the request before it takes the tenant's token (the OpenAI calls
+    took it first, so a bad request left the tenant one submit short)."""
+    front = await start_front(start_api, api_stack, tenants={"submit_rate": "1/m"})
+    http = await front.server.client("key-a")
+    nan = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "n": NaN}'
+    bad = await http.post(
+        "/openai/v1/chat/completions", content=nan, headers={"content-type": "application/json"}
+    )
+    assert bad.status_code == 422, bad.text
+    good = await front.sdk().chat.completions.create(model="gpt-4o", messages=_ask("hi"))
+    assert good.choices
