@@ -400,8 +400,11 @@ class KindConfig(_Strict):
     max_attempts: int = Field(4, ge=1, description="attempts before a task is dead")
     timeout: Duration = Field(60.0, description="one attempt's time limit")
     deadline: Duration = Field(15 * 60.0, description="a task's time limit, attempts included")
-    dedupe: bool = Field(
-        True, description="the same input again joins or reuses the same work (fingerprint)"
+    dedupe: bool | Literal["always"] = Field(
+        True,
+        description="the same input again joins the same work in flight (fingerprint) and "
+        "takes its result once done; on an openai kind a finished result is taken only by a "
+        'deterministic request (temperature 0, or a seed): "always" takes it for any',
     )
     share: Literal["tenant", "global"] = Field(
         "tenant",

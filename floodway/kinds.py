@@ -101,7 +101,7 @@ class KindSpec:
     timeout_s: float | None = DEFAULTS.timeout
     cost: CostFn | None = None
     version: str = DEFAULTS.version
-    dedupe: bool = DEFAULTS.dedupe
+    dedupe: bool = bool(DEFAULTS.dedupe)
     share: Share = DEFAULTS.share
     fallback: str | None = None
     output_schema: dict[str, Any] | None = None
@@ -112,6 +112,13 @@ class KindSpec:
     poll_max_attempts: int = DEFAULTS.poll_max_attempts
     #: closes what the handler holds (an adapter's pooled HTTP client) when floodway closes
     close: Callable[[], Awaitable[None]] | None = None
+    #: which finished results a new identical request may take (None: every one); identical
+    #: requests in flight at once share the work either way
+    replays: Callable[[JSON], bool] | None = None
+
+    def replays_result(self, value: JSON) -> bool:
+        """Whether a success for ``value`` is kept for later identical requests."""
+        return self.replays is None or self.replays(value)
 
     def work_print(self, value: JSON, tenant: str) -> str | None:
         """The fingerprint of this work for ``tenant`` (None: the kind does not dedupe)."""

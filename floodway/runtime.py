@@ -286,6 +286,7 @@ class Runtime:
             interactive_depth=self.settings.tenants.interactive_depth,
             # Compared only when a request key matches: a submit without one skips the hash.
             request_hash="" if key is None else request_hash(request),
+            replay=spec.replays_result(value) if request.replay is None else request.replay,
         )
 
     def decide(

@@ -20,6 +20,7 @@ from floodway.api.openapi import install_openapi
 from floodway.api.problems import install_problem_handlers
 from floodway.api.routes import batches, events, ops, spend, tasks, webhooks
 from floodway.api.routes import openai as openai_routes
+from floodway.api.routes.openai.headers import OpenAIHeaders
 from floodway.api.state import ApiState
 from floodway.app import Floodway
 from floodway.limits.factory import build_backend
@@ -96,7 +97,7 @@ def create_app(
         app.mount("/static", StaticFiles(directory=ops.DASHBOARD.parent), name="static")
     app.add_middleware(DirectRoutes, routes=tasks.DIRECT, exception_handlers=app.exception_handlers)
     limits = fw.settings.api
-    app.add_middleware(  # added last: the outer one, around DirectRoutes
+    app.add_middleware(  # around DirectRoutes
         GuardMiddleware,
         max_body_bytes=limits.max_body_bytes,
         max_json_depth=limits.max_json_depth,
@@ -104,6 +105,8 @@ def create_app(
         on_response=lambda code: state.metrics.responses.labels(str(code)).inc(),
         larger={openai_routes.FILES_PATH: ("max_file_bytes", limits.max_file_bytes)},
     )
+    # Outermost: the guard's own answers on /openai/v1 carry the headers an SDK reads too.
+    app.add_middleware(OpenAIHeaders, prefix=openai_routes.PREFIX)
     install_openapi(app, kinds=fw.kinds.names)
     return app
 

@@ -16,6 +16,7 @@ from floodway.app import Floodway
 from floodway.config import Settings
 from floodway.core.job_durations import JobDurations
 from floodway.limits.backend import LimiterBackend
+from floodway.limits.base import ResourceSnapshot
 from floodway.limits.submit_rate import SubmitRateLimiter
 from floodway.runtime import Gate
 
@@ -37,6 +38,8 @@ class ApiState:
     #: per kind, how long recent /openai/v1 calls took from submit to answer (the
     #: Retry-After of a call that would pass its deadline)
     call_durations: dict[str, JobDurations] = field(default_factory=dict)
+    #: (when, the limits' snapshot) behind the x-ratelimit-* headers of /openai/v1 answers
+    limits_view: tuple[float, dict[str, ResourceSnapshot]] | None = None
 
     @property
     def settings(self) -> Settings:

@@ -117,6 +117,9 @@ class SubmitRequest:
     deadline_s: float | None = None  # None: the kind's
     metadata: dict[str, JSON] | None = None
     callback_url: str | None = None
+    #: may take the result of identical work that succeeded: None, as the kind says
+    #: (KindSpec.replays); True for a client's retry of the very same request
+    replay: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,9 @@ class NewTask:
     interactive_depth: int = 0  # 0 = unlimited; checked atomically with the insert
     #: sha256 of the canonical request body, to tell a replay from a conflicting reuse of a key
     request_hash: str = ""
+    #: may take the result of identical work that succeeded (False: it asks for a new sample,
+    #: and runs anew; identical work in flight it joins either way)
+    replay: bool = True
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ say so. A completion that stopped on the content filter, or carries a ``refusal`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,6 +36,28 @@ DEFAULT_COST: dict[str, CostFn] = {
     "embeddings": embedding_tokens,
     "images": image_count,
 }
+
+
+def replays_when(endpoint: str) -> Callable[[JSON], bool] | None:
+    """Which finished results a new identical request takes: only a deterministic request's
+    (a "regenerate" at a temperature asks for a new sample). Embeddings are deterministic;
+    an image is a sample; a chat or a response is deterministic at temperature 0 or, for
+    chat, with a seed."""
+    if endpoint == "embeddings":
+        return None
+    if endpoint == "images":
+        return _never
+    return _deterministic
+
+
+def _never(_: JSON) -> bool:
+    return False
+
+
+def _deterministic(body: JSON) -> bool:
+    if not isinstance(body, dict):
+        return False
+    return body.get("temperature") == 0 or body.get("seed") is not None
 
 
 @dataclass

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 
 from pydantic import ValidationError
 
 from floodway.config import KindConfig, KindOptions, format_validation_error
 from floodway.core.errors import ConfigError
+from floodway.core.task import JSON
 from floodway.core.upstream import PollSchedule, first_poll_after
 from floodway.kinds import KindRegistry, KindSpec, Lookup
 from floodway.providers.base import (
@@ -40,7 +42,7 @@ from floodway.providers.base import (
 )
 from floodway.providers.cost import cost_rule, generic_tokens
 from floodway.providers.http import HttpAdapter, HttpRoutes, JobFields
-from floodway.providers.openai import DEFAULT_COST, OpenAIAdapter
+from floodway.providers.openai import DEFAULT_COST, OpenAIAdapter, replays_when
 
 SIMULATOR_URL = "http://127.0.0.1:9000"
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -54,9 +56,11 @@ def build_provider_kind(name: str, cfg: KindConfig) -> KindSpec:
     adapter: Adapter
     jobs: AsyncJobs | None = None
     lookup: Lookup | None = None
+    replays: Callable[[JSON], bool] | None = None
     if cfg.adapter == "openai":
         adapter = _openai(name, cfg, headers, where)
         idempotent = bool(options.idempotent)
+        replays = None if cfg.dedupe == "always" else replays_when(cfg.endpoint)
     elif cfg.adapter in ("http", "simulated"):
         http = _http(name, cfg, options, headers, where)
         adapter = http
@@ -76,7 +80,7 @@ def build_provider_kind(name: str, cfg: KindConfig) -> KindSpec:
         timeout_s=cfg.timeout,
         cost=adapter.estimate,
         version=cfg.version,
-        dedupe=cfg.dedupe,
+        dedupe=bool(cfg.dedupe),
         share=cfg.share,
         fallback=cfg.fallback,
         output_schema=cfg.output_schema,
@@ -85,6 +89,7 @@ def build_provider_kind(name: str, cfg: KindConfig) -> KindSpec:
         poll=None if jobs is None else UpstreamPoll(jobs, schedule),
         poll_max_attempts=cfg.poll_max_attempts,
         close=adapter.aclose,
+        replays=replays,
     )
 
 

@@ -153,7 +153,7 @@ def submit(
                 continue
             task = task_from_row(row)
             if n.fingerprint is not None and not row["owns_work"]:
-                task = yield from claim_work(task, n.fingerprint, s.now)
+                task = yield from claim_work(task, n.fingerprint, s.now, replay=n.replay)
             changes.append(TaskChange(task.id, task.status, task.tenant))
             done.append(Submitted(task))
         results.append(done)
@@ -185,7 +185,7 @@ def submit_one(new: NewTask, now: float, changes: list[TaskChange]) -> Rule[Subm
     yield from event(task_id, Status.QUEUED, now, 0)
     task = task_from_row(row)
     if new.fingerprint is not None:
-        task = yield from claim_work(task, new.fingerprint, now)
+        task = yield from claim_work(task, new.fingerprint, now, replay=new.replay)
     if expired:  # we hold the expired key's row: point it at the new task
         yield from count(
             "put_request_key",
@@ -328,12 +328,16 @@ def record_saved(pairs: Sequence[tuple[str, str]], now: float) -> Rule[None]:
 # -- the work rule --------------------------------------------------------------------------
 
 
-def claim_work(task: Task, fp: str, now: float, before: Task | None = None) -> Rule[Task]:
+def claim_work(
+    task: Task, fp: str, now: float, before: Task | None = None, replay: bool = True
+) -> Rule[Task]:
     """A queued task and its work: own the fingerprint, or take the result of the same work
     that succeeded, or wait for the same work in flight and lend it this task's lane.
 
     ``before``: a retried task as it was before its retry (its row no longer holds the result
-    of its last call, which may be the work's success: a late one, kept after it ended)."""
+    of its last call, which may be the work's success: a late one, kept after it ended).
+    ``replay`` False: a request that asks for a new sample (OpenAI's ``temperature > 0``)
+    takes no finished result; it runs the work anew (and joins the work in flight)."""
     while True:
         if (yield from count("claim_fingerprint", fingerprint=fp, task_id=task.id, now=now)):
             return task
@@ -345,6 +349,9 @@ def claim_work(task: Task, fp: str, now: float, before: Task | None = None) -> R
         # The owner ended without heirs and dropped the row meanwhile: claim it again.
     own = owner["task_id"] == task.id
     same_tenant = owner["tenant"] == task.tenant and not own
+    if owner["state"] == "succeeded" and not replay and not own:
+        yield from count("fingerprint_resample", fingerprint=fp, task_id=task.id, now=now)
+        return task
     if owner["state"] == "succeeded":
         if own and before is not None:
             source = before

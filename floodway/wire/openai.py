@@ -5,6 +5,7 @@ maintenance may write), and the endpoints' paths."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,29 @@ def openai_error(status: int, code: str | None, message: str, param: Any = None)
     else:
         kind = "invalid_request_error"
     return {"message": message, "type": kind, "param": param, "code": code}
+
+
+#: statuses a retry of the same request may change: a timeout, a rate limit, an outage
+_RETRY_MAY_HELP = frozenset({408, 429, 500, 503})
+
+
+def error_headers(status: int, headers: dict[str, str], retry_after: Any = None) -> dict[str, str]:
+    """The headers the official SDKs read on an error: on a 429 the wait as ``retry-after-ms``
+    (which they prefer to ``Retry-After``), and on an answer a retry cannot change (a refusal,
+    work that failed after floodway's own retries) ``x-should-retry: false``, so the SDK's own
+    retries never submit the same work again."""
+    out = dict(headers)
+    lower = {k.lower() for k in out}
+    if status == 429 and "retry-after-ms" not in lower:
+        seconds = retry_after if isinstance(retry_after, int | float) else None
+        if seconds is None:
+            given = next((v for k, v in out.items() if k.lower() == "retry-after"), None)
+            seconds = float(given) if given is not None and given.isdigit() else None
+        if seconds is not None:
+            out["retry-after-ms"] = str(math.ceil(1000 * seconds))
+    if status not in _RETRY_MAY_HELP and "x-should-retry" not in lower:
+        out["x-should-retry"] = "false"
+    return out
 
 
 @dataclass(frozen=True)

@@ -219,6 +219,23 @@ async def test_fingerprint_of_a_succeeded_task_dedupes_with_its_result(store: St
     assert await claim(store, NOW + 3) == []
 
 
+async def test_a_request_for_a_new_sample_runs_work_that_succeeded_anew(store: Store) -> None:
+    """``replay=False`` (a sampled request): no finished result; it owns the work, and a
+    third identical request joins it in flight."""
+    primary = await run_one(store, fingerprint="fp")
+    await finish(store, primary, S.SUCCEEDED, result={"sample": 1})
+    fresh = await submit(store, NOW + 2, fingerprint="fp", replay=False)
+    assert (fresh.status, fresh.waits_for, fresh.result) == (S.QUEUED, None, None)
+    joined = await submit(store, NOW + 3, fingerprint="fp", replay=False)
+    assert (joined.status, joined.waits_for) == (S.QUEUED, fresh.id)
+    (claimed,) = await claim(store, NOW + 4, token="tok-2")
+    assert claimed.id == fresh.id
+    await finish(store, claimed, S.SUCCEEDED, NOW + 5, result={"sample": 2})
+    assert (await load(store, joined.id)).result == {"sample": 2}
+    retried = await submit(store, NOW + 6, fingerprint="fp")  # replay: the latest result
+    assert (retried.status, retried.result) == (S.DEDUPED, {"sample": 2})
+
+
 async def test_fingerprint_in_flight_waits_then_takes_the_result(store: Store) -> None:
     primary = await submit(store, fingerprint="fp")
     dup = await submit(store, NOW + 1, fingerprint="fp")

@@ -126,6 +126,8 @@ async def test_a_call_that_would_pass_the_clients_deadline_is_a_429_and_goes_on(
         await client.chat.completions.create(model="gpt-4o-mini", messages=_ask("slow"))
     assert refused.value.code == "deadline-would-pass"
     assert int(refused.value.response.headers["retry-after"]) >= 1
+    assert int(refused.value.response.headers["retry-after-ms"]) >= 1  # which the SDKs prefer
+    assert "x-should-retry" not in refused.value.response.headers  # the SDK may ask again
     patient = front.sdk(timeout=30.0)
     answer = await patient.chat.completions.create(model="gpt-4o-mini", messages=_ask("slow"))
     assert answer.choices[0].message.content == "echo: slow"

@@ -145,6 +145,11 @@ RETURNING fingerprints.task_id;
 UPDATE fingerprints SET task_id = %(new_task_id)s, updated_at = %(now)s
 WHERE fingerprint = %(fingerprint)s AND task_id = %(task_id)s;
 
+-- A sampled request takes over work that succeeded: it runs anew (the lock is held).
+-- name: fingerprint_resample
+UPDATE fingerprints SET task_id = %(task_id)s, state = 'inflight', updated_at = %(now)s
+WHERE fingerprint = %(fingerprint)s AND state = 'succeeded';
+
 -- name: fingerprint_drop
 DELETE FROM fingerprints WHERE fingerprint = %(fingerprint)s AND task_id = %(task_id)s;
 

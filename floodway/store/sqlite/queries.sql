@@ -81,6 +81,11 @@ RETURNING task_id;
 UPDATE fingerprints SET task_id = :new_task_id, updated_at = :now
 WHERE fingerprint = :fingerprint AND task_id = :task_id;
 
+-- A sampled request takes over work that succeeded: it runs anew (the lock is held).
+-- name: fingerprint_resample
+UPDATE fingerprints SET task_id = :task_id, state = 'inflight', updated_at = :now
+WHERE fingerprint = :fingerprint AND state = 'succeeded';
+
 -- name: fingerprint_drop
 DELETE FROM fingerprints WHERE fingerprint = :fingerprint AND task_id = :task_id;
 

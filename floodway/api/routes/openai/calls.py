@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 from fastapi.responses import JSONResponse
 
 from floodway.api.problems import ApiProblem
+from floodway.api.routes.openai.headers import rate_headers
 from floodway.api.state import ApiState
 from floodway.core.errors import WaitTimeout
 from floodway.core.job_durations import JobDurations
@@ -29,6 +30,7 @@ from floodway.wire.problems import retry_after_header
 from floodway.wire.tasks import printable
 
 READ_TIMEOUT = "x-stainless-read-timeout"
+RETRY_COUNT = "x-stainless-retry-count"
 TASK_HEADER = "X-Floodway-Task"
 #: a call with no known duration yet is assumed to take this long (for Retry-After)
 FIRST_GUESS_S = 1.0
@@ -49,14 +51,29 @@ def wait_budget(headers: Mapping[str, str], deadline_s: float | None) -> float:
     return max(0.0, budget)
 
 
+def is_retry(headers: Mapping[str, str]) -> bool:
+    """The official SDKs count their own retries of a request (``X-Stainless-Retry-Count``):
+    a retry asks for the answer the first try would have had, not for a new sample."""
+    return headers.get(RETRY_COUNT, "0").strip() not in ("", "0")
+
+
 async def submit_call(
-    state: ApiState, tenant: str, kind: str, body: dict[str, Any], key: str | None
+    state: ApiState,
+    tenant: str,
+    kind: str,
+    body: dict[str, Any],
+    key: str | None,
+    *,
+    retry: bool = False,
 ) -> Task:
     """Submit in the interactive lane; past the tenant's ``interactive_depth`` the call goes
     in the background lane instead of being refused: a client waiting on twenty calls at once
     gets twenty answers, the first few ahead of batch work. The request key's promise (the
-    hash of what was asked) is the same in either lane, so a replay finds the task."""
-    request = SubmitRequest(kind, body, lane=Lane.INTERACTIVE, key=key)
+    hash of what was asked) is the same in either lane, so a replay finds the task. A
+    ``retry`` of a sampled request takes a finished identical result (see KindSpec.replays)."""
+    request = SubmitRequest(
+        kind, body, lane=Lane.INTERACTIVE, key=key, replay=True if retry else None
+    )
     (submitted,) = await state.fw.runtime.submit(
         [request], tenant=tenant, gate=state.gate, overflow=True
     )
@@ -79,11 +96,12 @@ async def await_call(state: ApiState, task: Task, budget_s: float) -> JSONRespon
             if fw.clock.now() >= give_up or (next_at is not None and next_at >= give_up):
                 await _too_late(state, task, budget_s)
             continue
-        return _answer(state, done)
+        return await _answer(state, done)
 
 
-def _answer(state: ApiState, task: Task) -> JSONResponse:
-    headers = {TASK_HEADER: task.id}
+async def _answer(state: ApiState, task: Task) -> JSONResponse:
+    resource = state.fw.runtime.kinds.get(task.kind).resource
+    headers = {TASK_HEADER: task.id, **(await rate_headers(state, resource))}
     if task.status is Status.SUCCEEDED:
         if task.finished_at is not None:
             durations = state.call_durations.setdefault(task.kind, JobDurations(quantile=0.5))

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from floodway.api.auth import Tenant
 from floodway.api.media import JSON_BODY
 from floodway.api.problems import ApiProblem
-from floodway.api.routes.openai.calls import await_call, submit_call, wait_budget
+from floodway.api.routes.openai.calls import await_call, is_retry, submit_call, wait_budget
 from floodway.api.routes.openai.catalog import json_object, kind_for, served
 from floodway.api.state import ApiState, api_state
 
@@ -35,7 +35,9 @@ async def _call(
             "(a stream cannot be retried, deduplicated or replayed); send stream: false",
             param="stream",
         )
-    task = await submit_call(state, tenant, kind, body, key or None)
+    task = await submit_call(
+        state, tenant, kind, body, key or None, retry=is_retry(request.headers)
+    )
     left = None if task.deadline_at is None else task.deadline_at - state.fw.clock.now()
     return await await_call(state, task, wait_budget(request.headers, left))
 
