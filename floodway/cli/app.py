@@ -236,6 +236,12 @@ def simulate(
     webhook: Annotated[bool, typer.Option("--webhook", help="signed callbacks")] = False,
     webhook_drop_rate: Annotated[float, typer.Option("--webhook-drop-rate")] = 0.0,
     seed: Annotated[int | None, typer.Option("--seed")] = None,
+    openai: Annotated[
+        bool, typer.Option("--openai", help="an OpenAI-compatible API under /v1 instead")
+    ] = False,
+    chunk_ms: Annotated[
+        float, typer.Option("--chunk-ms", help="--openai: gap between streamed events")
+    ] = 0.0,
 ) -> None:
     """Run a fake AI provider over HTTP (limits, faults, async jobs, a charge ledger)."""
     from pydantic import ValidationError
@@ -257,12 +263,18 @@ def simulate(
             webhook=webhook,
             webhook_drop_rate=webhook_drop_rate,
             seed=seed,
+            chunk_ms=chunk_ms,
         )
     except ValidationError as exc:
         fail(f"simulator options: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")
     sock = listen_or_fail(host, port)
-    console.print(f"[green]simulated provider[/] on http://{host}:{port} (GET /ledger, GET /stats)")
-    run_simulator_blocking(cfg, host, port, sock=sock)
+    what = (
+        f"OpenAI-compatible provider[/] on http://{host}:{port}/v1"
+        if openai
+        else (f"provider[/] on http://{host}:{port}")
+    )
+    console.print(f"[green]simulated {what} (GET /ledger, GET /stats)")
+    run_simulator_blocking(cfg, host, port, sock=sock, openai=openai)
 
 
 @app.command()

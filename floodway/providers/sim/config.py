@@ -37,6 +37,9 @@ class SimulatorConfig(BaseModel):
     malformed_rate: float = Field(0.0, ge=0, le=1, description="200 without a usable result")
     rate_limit_rate: float = Field(0.0, ge=0, le=1, description="spontaneous 429")
     hang_s: float = Field(30.0, ge=0, description="how long a timed-out request hangs")
+    chunk_ms: float = Field(
+        0.0, ge=0, description="OpenAI streams (--openai): the gap between two of a stream's events"
+    )
 
     async_jobs: bool = Field(False, description="202 at once, the job finishes later")
     job_duration_ms: float = Field(3000.0, ge=0, description="mean async job duration")

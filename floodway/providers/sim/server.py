@@ -10,9 +10,11 @@ from dataclasses import dataclass
 
 import uvicorn
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from floodway.providers.sim.app import create_simulator_app, simulator_state
 from floodway.providers.sim.config import SimulatorConfig
+from floodway.providers.sim.openai import create_openai_simulator_app
 from floodway.providers.sim.state import SimulatorState
 from floodway.serving import bind_socket, serve_app
 
@@ -50,11 +52,13 @@ def run_simulator_blocking(
     port: int = 9000,
     *,
     sock: socket.socket | None = None,
+    openai: bool = False,
 ) -> None:
     """Serve the simulator until interrupted (the ``floodway simulate`` command), on ``sock``
-    if given (bound already), else on ``host:port`` (a taken port raises OSError)."""
+    if given (bound already), else on ``host:port`` (a taken port raises OSError).
+    ``openai``: the OpenAI-compatible simulator instead of the image API."""
     sock = sock or bind_socket(host, port)
-    app = create_simulator_app(config)
+    app: ASGIApp = create_openai_simulator_app(config) if openai else create_simulator_app(config)
     server = uvicorn.Server(
         uvicorn.Config(
             app,

@@ -1,0 +1,79 @@
+"""The OpenAI-compatible simulator's app: each endpoint family's routes, the simulator's
+control routes, and the headers OpenAI sends (``x-request-id``, ``x-ratelimit-*``)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from floodway.providers.sim.app import RateLimitHeaders
+from floodway.providers.sim.config import SimulatorConfig
+from floodway.providers.sim.openai import chat, embeddings, images, models, responses
+from floodway.providers.sim.openai.calls import OpenAISimulator
+from floodway.providers.sim.openai.wire import json_response
+
+#: the endpoint families, each a module with ``routes(sim)``
+FAMILIES = (chat, embeddings, images, responses, models)
+
+
+def create_openai_simulator_app(config: SimulatorConfig | None = None) -> Starlette:
+    """A fresh OpenAI-compatible simulator; its state is ``app.state.simulator``."""
+    sim = OpenAISimulator(config or SimulatorConfig())
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        await sim.aclose()
+
+    routes = [route for family in FAMILIES for route in family.routes(sim)]
+    app = Starlette(routes=[*routes, *_control(sim)], lifespan=lifespan)
+    app.state.simulator = sim
+    app.add_middleware(RequestIds)
+    if sim.config.rate_headers:
+        app.add_middleware(RateLimitHeaders, window=sim.core.window)
+    return app
+
+
+def _control(sim: OpenAISimulator) -> list[Route]:
+    async def ledger(_: Request) -> Response:
+        return json_response(sim.core.ledger.as_dict())
+
+    async def stats(_: Request) -> Response:
+        return json_response(sim.core.stats.as_dict())
+
+    async def reset(_: Request) -> Response:
+        sim.core.reset()
+        return json_response({"reset": True})
+
+    return [
+        Route("/ledger", ledger),
+        Route("/stats", stats),
+        Route("/reset", reset, methods=["POST"]),
+    ]
+
+
+class RequestIds:
+    """``x-request-id`` on every answer, as OpenAI sends one."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message)["x-request-id"] = f"req_{uuid.uuid4().hex}"
+            await send(message)
+
+        await self.app(scope, receive, with_id)
