@@ -95,7 +95,8 @@ def create_app(
         app.include_router(module.router)
     if ops.DASHBOARD.parent.is_dir():  # the dashboard's own scripts and styles, if it has any
         app.mount("/static", StaticFiles(directory=ops.DASHBOARD.parent), name="static")
-    app.add_middleware(DirectRoutes, routes=tasks.DIRECT, exception_handlers=app.exception_handlers)
+    direct = {**tasks.DIRECT, **openai_routes.DIRECT}
+    app.add_middleware(DirectRoutes, routes=direct, exception_handlers=app.exception_handlers)
     limits = fw.settings.api
     app.add_middleware(  # around DirectRoutes
         GuardMiddleware,

@@ -15,27 +15,40 @@ say so. A completion that stopped on the content filter, or carries a ``refusal`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+import orjson
+
 from floodway.core.errors import FatalError
 from floodway.core.task import JSON
 from floodway.kinds import CostFn
-from floodway.providers.base import Finished, SharedClient, Submission
+from floodway.providers.base import Finished, Submission
 from floodway.providers.cost import chat_tokens, embedding_tokens, image_count
-from floodway.providers.responses import error_for, json_body, report_usage, send
+from floodway.providers.responses import error_for, json_body, report_usage
+from floodway.providers.transport import AioSession
 from floodway.wire.openai import ENDPOINT_PATHS
 
 if TYPE_CHECKING:
     from floodway.context import Context
 
 Endpoint = Literal["chat", "embeddings", "images"]
+JSON_CONTENT = {"Content-Type": "application/json"}
 DEFAULT_COST: dict[str, CostFn] = {
     "chat": chat_tokens,
     "embeddings": embedding_tokens,
     "images": image_count,
 }
+
+
+def encode(body: JSON) -> bytes:
+    """The request body as JSON (orjson's, unless it holds an integer past 64 bits)."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body).encode()
 
 
 def replays_when(endpoint: str) -> Callable[[JSON], bool] | None:
@@ -72,7 +85,7 @@ class OpenAIAdapter:
     cost: CostFn | None = None
 
     def __post_init__(self) -> None:
-        self.http = SharedClient(self.timeout_s)
+        self.http = AioSession(self.timeout_s)
         self.url = self.base_url.rstrip("/") + ENDPOINT_PATHS[self.endpoint]
 
     def estimate(self, value: JSON) -> float:
@@ -89,13 +102,11 @@ class OpenAIAdapter:
         if self.model and "model" not in body:
             body["model"] = self.model
         # Most OpenAI-compatible servers ignore it; gateways that honour it avoid double billing.
-        headers = {**self.headers, "Idempotency-Key": ctx.work_key}
+        headers = {**self.headers, "Idempotency-Key": ctx.work_key, **JSON_CONTENT}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        url = self.url
-        what = f"POST {url}"
-        client = self.http.client
-        response = await send(ctx, lambda: client.post(url, json=body, headers=headers), what)
+        what = f"POST {self.url}"
+        response = await self.http.post(ctx, self.url, encode(body), headers, what)
         if not response.is_success:
             raise error_for(response, ctx.now(), what)
         data = json_body(response, what)

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from floodway import Floodway
 from floodway.api.media import JSON_BODY
 from floodway.api.routes import tasks
+from floodway.api.routes.openai import endpoints
 from tests.integration.conftest import StartApi
 
 KEYS = {"k-tenant": "tenant", "k-other": "other"}
@@ -119,3 +120,42 @@ async def test_the_direct_submit_route_answers_as_fastapis_own_handler(
         statuses.add(answers[0][0])
     # the cases reach every answer the route has short of an outage
     assert statuses >= {200, 202, 400, 401, 409, 415, 422}
+
+
+OPENAI = "/openai/v1/chat/completions"
+OPENAI_CASES: list[tuple[dict[str, str], bytes]] = [
+    (JSON, b'{"model":"gpt-9","messages":[]}'),
+    (JSON, b"{"),
+    (JSON, b"[]"),
+    ({"content-type": "text/plain"}, b"{}"),
+    ({**JSON, "Authorization": "Bearer nope"}, b"{}"),
+    ({**JSON, "Idempotency-Key": "k" * 256}, b"{}"),
+    ({**JSON, "Idempotency-Key": "k"}, b'{"messages":[]}'),
+]
+
+
+def add_openai_reference(_: Floodway, app: FastAPI) -> None:
+    app.router.add_api_route(
+        OPENAI + "-reference",
+        endpoints.chat_completions,
+        methods=["POST"],
+        dependencies=[JSON_BODY],
+    )
+
+
+async def test_the_direct_openai_routes_answer_as_fastapis_own_handler(
+    start_api: StartApi,
+) -> None:
+    direct = await start_api(keys=KEYS, run_workers=False)
+    reference = await start_api(keys=KEYS, run_workers=False, configure=add_openai_reference)
+    for headers, body in OPENAI_CASES:
+        sent = {"X-API-Key": "k-tenant", **headers}
+        if "Authorization" in headers:
+            del sent["X-API-Key"]
+        answers = []
+        for server, path in ((direct, OPENAI), (reference, OPENAI + "-reference")):
+            async with httpx.AsyncClient(base_url=server.url) as http:
+                response = await http.post(path, headers=sent, content=body)
+            del response.headers["x-request-id"]  # drawn by each server
+            answers.append(comparable(response, path))
+        assert answers[0] == answers[1], (headers, body)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from floodway.api.routes.openai import batches, endpoints, files
+from floodway.api.routes.openai.endpoints import DIRECT, PREFIX
 
-PREFIX = "/openai/v1"
 #: uploads may be larger than other bodies ([api] max_file_bytes)
 FILES_PATH = PREFIX + "/files"
 
@@ -15,3 +15,5 @@ FILES_PATH = PREFIX + "/files"
 router = APIRouter(prefix=PREFIX, tags=["openai"], include_in_schema=False)
 for module in (endpoints, files, batches):
     router.include_router(module.router)
+
+__all__ = ["DIRECT", "FILES_PATH", "PREFIX", "router"]

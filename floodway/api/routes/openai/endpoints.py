@@ -4,22 +4,31 @@ SDK's ``api_key``). Each call is a floodway task (see :mod:`.calls`)."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request
-from fastapi.responses import JSONResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import StringConstraints, TypeAdapter
 
-from floodway.api.auth import Tenant
-from floodway.api.media import JSON_BODY
+from floodway.api.auth import Tenant, caller_of
+from floodway.api.direct import Handler, validate
+from floodway.api.media import JSON_BODY, require_json
 from floodway.api.problems import ApiProblem
 from floodway.api.routes.openai.calls import await_call, is_retry, submit_call, wait_budget
 from floodway.api.routes.openai.catalog import json_object, kind_for, served
 from floodway.api.state import ApiState, api_state
+from floodway.wire.openai import ENDPOINT_PATHS
 
 router = APIRouter()
 
 State = Annotated[ApiState, Depends(api_state)]
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)]
+KEY_HEADER = "Idempotency-Key"
+IdempotencyKey = Annotated[str | None, Header(alias=KEY_HEADER, max_length=255)]
+_KEY = TypeAdapter(Annotated[str, StringConstraints(max_length=255)])
+#: the OpenAI routes' prefix (floodway.api.routes.openai.PREFIX, which includes this module)
+PREFIX = "/openai/v1"
 
 
 async def _call(
@@ -40,6 +49,26 @@ async def _call(
     )
     left = None if task.deadline_at is None else task.deadline_at - state.fw.clock.now()
     return await await_call(state, task, wait_budget(request.headers, left))
+
+
+async def _direct(endpoint: str, request: Request) -> Response:
+    """A call as FastAPI would answer its declaration below, without its per-request
+    machinery (:mod:`floodway.api.direct`): the JSON check (415), the caller (401), the
+    Idempotency-Key header (422), then the call."""
+    await require_json(request)
+    who = await caller_of(request)
+    errors: list[dict[str, Any]] = []
+    sent = request.headers.get(KEY_HEADER)
+    key = None if sent is None else validate(_KEY, sent, ("header", KEY_HEADER), errors)
+    if errors:
+        raise RequestValidationError(errors)
+    return await _call(endpoint, request, who.tenant, await api_state(request), key)
+
+
+#: answered by floodway.api.direct.DirectRoutes, ahead of FastAPI's router
+DIRECT: dict[tuple[str, str], Handler] = {
+    ("POST", PREFIX + path): partial(_direct, endpoint) for endpoint, path in ENDPOINT_PATHS.items()
+}
 
 
 @router.post("/chat/completions", dependencies=[JSON_BODY])
