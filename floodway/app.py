@@ -188,6 +188,7 @@ class Floodway:
         for worker in list(self._workers):
             await worker.stop(0)
         if self._runtime is not None:
+            await self._runtime.hub.stop_following()
             await aclose_kinds(self.kinds)  # the adapters' pooled HTTP clients
             await self._runtime.admission.aclose()
             await self._runtime.store.close()
@@ -299,11 +300,13 @@ class Floodway:
     async def wait(
         self, task_id: str, timeout: float | None = None, *, tenant: str | None = None
     ) -> Task:
-        """Wait until the task is terminal. Woken by changes in this process at once, and
-        notices other processes' writes within a quarter second."""
+        """Wait until the task is terminal. Woken by changes in this process at once, and by
+        other processes' through the ledger's change feed (PostgreSQL's LISTEN, SQLite's
+        data version): the task is read again only when it may have ended."""
         await self.open()
         runtime = self.runtime
         event = runtime.hub.watch(task_id)
+        runtime.hub.follow(runtime.store)
         give_up = None if timeout is None else self.clock.now() + timeout
         try:
             while True:
@@ -311,7 +314,10 @@ class Floodway:
                 task = await self.get(task_id, tenant=tenant)
                 if task.terminal:
                     return task
-                left = 0.25 if give_up is None else min(0.25, give_up - self.clock.now())
+                left = None if give_up is None else give_up - self.clock.now()
+                if left is None:
+                    await event.wait()
+                    continue
                 if left <= 0:
                     raise WaitTimeout(f"task {task_id} still {task.status.value} after {timeout}s")
                 await wait_event(self.clock, event, left)

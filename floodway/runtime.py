@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from floodway.clock import Clock
+from floodway.clock import Clock, stop_task
 from floodway.config import Settings
 from floodway.context import Context
 from floodway.core.errors import AdmissionRefused, BudgetExceeded, FloodwayError, InvalidInput
@@ -43,6 +43,8 @@ from floodway.store.base import BatchKey, OpenAIBatch, Store, TaskChange
 from floodway.store.openai_records import OpenAIRecords
 
 log = logging.getLogger("floodway")
+#: the follower's look at the ledger when the feed says nothing this long (a lost notice)
+FOLLOW_IDLE_S = 1.0
 
 AlertHook = Callable[[Task], Awaitable[None] | None]
 
@@ -80,12 +82,15 @@ class BatchOf:
 
 
 class ChangeHub:
-    """Fans the store's change notes out to whoever waits in this process."""
+    """Fans the store's change notes out to whoever waits in this process: this process's
+    own writes at once, other processes' through the store's change feed (:meth:`follow`)."""
 
     def __init__(self) -> None:
         self.work_available = asyncio.Event()
         self._task_waiters: dict[str, set[asyncio.Event]] = {}
         self._any: set[asyncio.Event] = set()
+        self._follower: asyncio.Task[None] | None = None
+        self._someone_waits = asyncio.Event()
 
     def on_changes(self, changes: Sequence[TaskChange]) -> None:
         for change in changes:
@@ -99,7 +104,40 @@ class ChangeHub:
     def watch(self, task_id: str) -> asyncio.Event:
         event = asyncio.Event()
         self._task_waiters.setdefault(task_id, set()).add(event)
+        self._someone_waits.set()
         return event
+
+    def follow(self, store: Store) -> None:
+        """Hear other processes' writes for this process's waiters, from now until
+        :meth:`stop_following`: one loop per process reads, after each notice of the feed,
+        which of the waited-for tasks ended (one read for all of them), and wakes theirs;
+        an event stream's watchers (:meth:`watch_all`) wake on every notice."""
+        if self._follower is None or self._follower.done():
+            self._follower = asyncio.create_task(self._follow(store), name="floodway-follow")
+
+    async def stop_following(self) -> None:
+        follower, self._follower = self._follower, None
+        await stop_task(follower)
+
+    async def _follow(self, store: Store) -> None:
+        while True:
+            if not self._task_waiters and not self._any:
+                self._someone_waits.clear()
+                await self._someone_waits.wait()
+            try:
+                changed = await store.wait_for_change(FOLLOW_IDLE_S)
+                ids = list(self._task_waiters)
+                ended = await store.ended(ids) if ids else set()
+            except Exception as exc:  # the ledger is away: look again shortly
+                log.warning("following the ledger's changes failed: %s", exc)
+                await asyncio.sleep(FOLLOW_IDLE_S)
+                continue
+            for task_id in ended:
+                for event in self._task_waiters.get(task_id, ()):
+                    event.set()
+            if changed:
+                for event in self._any:
+                    event.set()
 
     def unwatch(self, task_id: str, event: asyncio.Event) -> None:
         waiters = self._task_waiters.get(task_id)
@@ -111,6 +149,7 @@ class ChangeHub:
     def watch_all(self) -> asyncio.Event:
         event = asyncio.Event()
         self._any.add(event)
+        self._someone_waits.set()
         return event
 
     def unwatch_all(self, event: asyncio.Event) -> None:

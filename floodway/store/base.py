@@ -215,7 +215,13 @@ class Store(Protocol):
         ...
 
     async def wait_for_change(self, timeout: float) -> bool:
-        """Block until another process may have written (or ``timeout``); True on a change."""
+        """Block until another process may have written (or ``timeout``); True on a change
+        since this caller's (this asyncio task's) last call returned: each caller keeps its
+        own place in the feed, so two never take each other's notices."""
+        ...
+
+    async def ended(self, task_ids: Sequence[str]) -> set[str]:
+        """Which of ``task_ids`` are terminal (one read for a whole set of waiters)."""
         ...
 
     # -- submit and read -------------------------------------------------------------------

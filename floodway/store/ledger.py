@@ -19,7 +19,7 @@ from floodway.core.errors import IllegalTransition
 from floodway.core.outcome import Applied, Completion, Succeeded
 from floodway.core.owners import new_identity
 from floodway.core.spend import Budget, Charge
-from floodway.core.states import Status, check_transition
+from floodway.core.states import TERMINAL, Status, check_transition
 from floodway.core.task import Candidate, NewTask, Submitted, Task
 from floodway.store import rules
 from floodway.store.base import (
@@ -121,6 +121,10 @@ class Ledger(LedgerOpenAIRecords, ABC):
         if row is None or (tenant is not None and row["tenant"] != tenant):
             return None
         return task_from_row(row)
+
+    async def ended(self, task_ids: Sequence[str]) -> set[str]:
+        rows = await self._all("attempts_of_ids", ids=list(task_ids))
+        return {r["id"] for r in rows if Status(r["status"]) in TERMINAL}
 
     async def list_tasks(self, query: TaskQuery) -> list[Task]:
         return await self._tasks(list_query(query), **list_params(query))

@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import psycopg
 
@@ -37,7 +39,8 @@ class ChangeFeed:
         self._connect = connect
         self._schema = schema
         self._generation = 0  # notices heard so far
-        self._seen = 0  # generation the last wait() reported
+        #: per caller (asyncio task), the generation its last wait() reported
+        self._seen: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = weakref.WeakKeyDictionary()
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._identity = identity  # whose liveness lock this session holds
@@ -54,10 +57,14 @@ class ChangeFeed:
         await self._drop()
 
     async def wait(self, timeout: float) -> bool:
-        """True once a notice arrived since the last call returned (at once if one did)."""
-        if self._generation == self._seen and not await event_set_within(self._changed, timeout):
+        """True once a notice arrived since this caller's last call returned (at once if one
+        did). A caller seen for the first time starts from now."""
+        caller = asyncio.current_task()
+        assert caller is not None
+        seen = self._seen.setdefault(caller, self._generation)
+        if self._generation == seen and not await event_set_within(self._changed, timeout):
             return False
-        self._seen = self._generation
+        self._seen[caller] = self._generation
         return True
 
     def _heard(self) -> None:

@@ -21,6 +21,7 @@ import re
 import sqlite3
 import time
 import uuid
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,10 @@ class SqliteStore(Ledger):
         #: copies the WAL into the database (None: not open, or a memory database)
         self.checkpointer: Checkpointer | None = None
         self._keepalive: sqlite3.Connection | None = None
-        self._data_version = -1
+        #: per caller (asyncio task) of wait_for_change, the data_version it last saw
+        self._data_version: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = (
+            weakref.WeakKeyDictionary()
+        )
         self._opened = False
         self._liveness: int | None = None  # the fd whose flock says this process lives
 
@@ -179,16 +183,18 @@ class SqliteStore(Ledger):
 
     async def wait_for_change(self, timeout: float) -> bool:
         """Watch ``PRAGMA data_version`` (a cheap read that changes when another connection
-        commits) every 20 ms, so submits from other processes are seen without hammering."""
+        commits) every 20 ms, so submits from other processes are seen without hammering.
+        Each caller (asyncio task) keeps the version it last saw."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        caller = asyncio.current_task()
+        assert caller is not None
         while True:
             row = await self._fetch(Query("data_version", {}, "one"))
             version = row[0]
-            if self._data_version == -1:
-                self._data_version = version
-            elif version != self._data_version:
-                self._data_version = version
+            seen = self._data_version.setdefault(caller, version)
+            if version != seen:
+                self._data_version[caller] = version
                 return True
             left = deadline - loop.time()
             if left <= 0:

@@ -1,0 +1,60 @@
+"""Waiting on another process's writes through the ledger's change feed, on both backends:
+the follower of a process's :class:`~floodway.runtime.ChangeHub` wakes the waiters of tasks
+another process ended, and each reader of the feed keeps its own place in it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from floodway.core.outcome import Completion
+from floodway.core.states import Status
+from floodway.core.task import NewTask
+from floodway.runtime import ChangeHub
+from floodway.store.base import ClaimParams
+
+from .conftest import Backend
+
+NOW = 1_700_000_000.0
+
+
+async def test_a_task_another_process_ends_wakes_its_waiter_here(backend: Backend) -> None:
+    async with backend.opened() as here, backend.opened() as there:
+        first, second = [
+            s.task for s in await here.submit([NewTask("echo", {"n": n}) for n in (1, 2)], NOW)
+        ]
+        hub = ChangeHub()  # this process's: it hears none of the other store's writes itself
+        hub.follow(here)
+        try:
+            ended, other = hub.watch(first.id), hub.watch(second.id)
+            (claimed,) = await there.claim(ClaimParams("w", "tok", ("echo",), 1, NOW, 30.0))
+            assert claimed.id == first.id
+            await there.complete(
+                [Completion(first.id, Status.SUCCEEDED, lease_token="tok", result=1)], NOW
+            )
+            await asyncio.wait_for(ended.wait(), timeout=10)
+            assert not other.is_set()  # its task did not end: its waiter sleeps on
+        finally:
+            await hub.stop_following()
+
+
+async def test_two_readers_of_the_feed_both_hear_one_notice(backend: Backend) -> None:
+    """A process's dispatcher and its follower read the same feed, each in its own task:
+    the one that looks later still hears the notice the other took."""
+    async with backend.opened() as here, backend.opened() as there:
+        placed = [asyncio.Event(), asyncio.Event()]
+        heard = asyncio.Event()
+
+        async def reader(n: int) -> bool:
+            await here.wait_for_change(0.01)  # its place in the feed: from now
+            placed[n].set()
+            await heard.wait()
+            return await here.wait_for_change(3.0)
+
+        readers = [asyncio.create_task(reader(n)) for n in (0, 1)]
+        await here.wait_for_change(0.01)
+        await asyncio.gather(*(p.wait() for p in placed))
+        await there.submit([NewTask("echo", {"n": 1})], NOW)
+        assert await here.wait_for_change(10.0)  # the notice reached this process
+        heard.set()
+        assert await readers[0] is True
+        assert await readers[1] is True
