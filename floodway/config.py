@@ -221,6 +221,11 @@ class ApiConfig(_Strict):
     body_timeout: Duration = Field(
         10.0, gt=0, description="time to receive a whole request body (408 and closed after)"
     )
+    #: a streamed /openai/v1 call that waits its turn sends an SSE comment this often, so no
+    #: proxy's idle timeout cuts it (their defaults: 60 s and up)
+    stream_keepalive: Duration = Field(
+        10.0, gt=0, description="a waiting OpenAI stream's keep-alive comments, this often"
+    )
     #: hosts a task's ``callback_url`` may name (``hooks.example.com``, ``*.example.com``);
     #: empty = any. Set it when callers are not trusted: the outbox POSTs from inside your
     #: network, so an open list lets a caller aim it at internal addresses (SSRF).

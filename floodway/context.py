@@ -11,6 +11,8 @@ from floodway.core.task import Task
 
 #: Record an upstream job id durably for this attempt; False when the attempt lost its lease.
 RecordRef = Callable[[str], Awaitable[bool]]
+#: Keep a streamed call's next events with the task, numbered from the first given.
+AppendEvents = Callable[[int, list[str]], Awaitable[None]]
 
 
 class Context:
@@ -20,8 +22,17 @@ class Context:
     the provider's Idempotency-Key so it never bills the same work twice.
     """
 
-    def __init__(self, task: Task, clock: Clock, record_ref: RecordRef) -> None:
+    def __init__(
+        self,
+        task: Task,
+        clock: Clock,
+        record_ref: RecordRef,
+        append_events: AppendEvents | None = None,
+    ) -> None:
         self.task = task
+        self._append_events = append_events
+        #: events of this attempt's stream handed on so far
+        self.streamed = 0
         self.cancelled = asyncio.Event()
         self._clock = clock
         self._record_ref = record_ref
@@ -69,6 +80,15 @@ class Context:
             self.billed = Usage(
                 float(input_tokens or 0), float(output_tokens or 0), float(images or 0)
             )
+
+    async def stream(self, events: list[str]) -> None:
+        """Hand on a streamed call's next events: kept with the task as they come, so every
+        client of the same work, in any process, reads them while the call runs."""
+        if not events:
+            return
+        if self._append_events is not None:
+            await self._append_events(self.streamed + 1, events)
+        self.streamed += len(events)
 
     async def set_upstream_ref(self, ref: str) -> None:
         """Record the upstream job id durably before waiting on it, so recovery can resume

@@ -89,6 +89,7 @@ class ChangeHub:
         self.work_available = asyncio.Event()
         self._task_waiters: dict[str, set[asyncio.Event]] = {}
         self._any: set[asyncio.Event] = set()
+        self._remote: set[asyncio.Event] = set()
         self._follower: asyncio.Task[None] | None = None
         self._someone_waits = asyncio.Event()
 
@@ -121,7 +122,7 @@ class ChangeHub:
 
     async def _follow(self, store: Store) -> None:
         while True:
-            if not self._task_waiters and not self._any:
+            if not self._task_waiters and not self._any and not self._remote:
                 self._someone_waits.clear()
                 await self._someone_waits.wait()
             try:
@@ -136,7 +137,7 @@ class ChangeHub:
                 for event in self._task_waiters.get(task_id, ()):
                     event.set()
             if changed:
-                for event in self._any:
+                for event in (*self._any, *self._remote):
                     event.set()
 
     def unwatch(self, task_id: str, event: asyncio.Event) -> None:
@@ -154,6 +155,16 @@ class ChangeHub:
 
     def unwatch_all(self, event: asyncio.Event) -> None:
         self._any.discard(event)
+
+    def watch_remote(self) -> asyncio.Event:
+        """Set on every notice of another process's write (:meth:`follow` must run)."""
+        event = asyncio.Event()
+        self._remote.add(event)
+        self._someone_waits.set()
+        return event
+
+    def unwatch_remote(self, event: asyncio.Event) -> None:
+        self._remote.discard(event)
 
 
 @dataclass
@@ -357,7 +368,10 @@ class Runtime:
                 return False
             return await self.store.set_upstream_ref(task.id, token, ref, self.clock.now())
 
-        return Context(task, self.clock, record_ref)
+        async def append_events(first: int, events: list[str]) -> None:
+            await self.store.append_stream(task.id, task.tenant, first, events, self.clock.now())
+
+        return Context(task, self.clock, record_ref, append_events)
 
     def check_fits(self, resource: str | None, cost: float) -> None:
         self.admission.check_fits(resource, cost)

@@ -20,27 +20,44 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+import aiohttp
 import orjson
 
-from floodway.core.errors import FatalError
+from floodway.core.errors import FatalError, RetryableError
 from floodway.core.task import JSON
 from floodway.kinds import CostFn
 from floodway.providers.base import Finished, Submission
 from floodway.providers.cost import chat_tokens, embedding_tokens, image_count
-from floodway.providers.responses import error_for, json_body, report_usage
-from floodway.providers.transport import AioSession
-from floodway.wire.openai import ENDPOINT_PATHS
+from floodway.providers.responses import error_for, json_body, keep_headers, report_usage
+from floodway.providers.transport import AioSession, as_httpx
+from floodway.wire.openai import ENDPOINT_PATHS, STREAM_OBJECT
 
 if TYPE_CHECKING:
     from floodway.context import Context
 
 Endpoint = Literal["chat", "embeddings", "images"]
+#: how often a stream's events are handed on, and the most of one floodway keeps
+STREAM_FLUSH_S = 0.05
+MAX_STREAM_BYTES = 16 * 2**20
 JSON_CONTENT = {"Content-Type": "application/json"}
 DEFAULT_COST: dict[str, CostFn] = {
     "chat": chat_tokens,
     "embeddings": embedding_tokens,
     "images": image_count,
 }
+
+
+def _usage_event(events: list[str]) -> Any:
+    """The stream's usage chunk (the last one that carries usage), parsed."""
+    for data in reversed(events):
+        if '"usage"' in data and data != "[DONE]":
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                continue
+            if isinstance(chunk, dict) and chunk.get("usage"):
+                return chunk
+    return None
 
 
 def encode(body: JSON) -> bytes:
@@ -106,6 +123,13 @@ class OpenAIAdapter:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         what = f"POST {self.url}"
+        if self.endpoint == "chat" and body.get("stream") is True:
+            # Usage always: the task's cost and spend settle from it (the API passes it on
+            # only to a client that asked).
+            options = body.get("stream_options")
+            body["stream_options"] = {**(options if isinstance(options, dict) else {}),
+                                      "include_usage": True}  # fmt: skip
+            return Finished(await self._stream(ctx, body, headers, what))
         response = await self.http.post(ctx, self.url, encode(body), headers, what)
         if not response.is_success:
             raise error_for(response, ctx.now(), what)
@@ -114,6 +138,55 @@ class OpenAIAdapter:
         if self.endpoint == "chat":
             _refuse_refusals(data, what)
         return Finished(data)
+
+    async def _stream(
+        self, ctx: Context, body: dict[str, Any], headers: dict[str, str], what: str
+    ) -> JSON:
+        """Read the provider's stream to its end, handing its events on as they come
+        (``ctx.stream``, a flush every 50 ms). A failure before the first event is any call's
+        (retried); after it, the stream ends for good: the client has part of it."""
+        events: list[str] = []
+        pending: list[str] = []
+        size, flushed, ended = 0, ctx.now(), False
+        async with self.http.open(self.url, encode(body), headers, what) as answer:
+            if answer.status != 200:
+                response = as_httpx(answer, await answer.read())
+                keep_headers(ctx, response)
+                raise error_for(response, ctx.now(), what)
+            keep_headers(ctx, as_httpx(answer, b""))
+            try:
+                async for line in answer.content:
+                    if not line.startswith(b"data:"):
+                        continue
+                    data = line[5:].strip().decode("utf-8", "replace")
+                    events.append(data)
+                    pending.append(data)
+                    size += len(data)
+                    if size > MAX_STREAM_BYTES:
+                        raise FatalError(
+                            f"{what}: the stream passed {MAX_STREAM_BYTES} bytes, more than "
+                            "floodway keeps of one",
+                            type="stream_too_long",
+                        )
+                    ended = data == "[DONE]"
+                    if ended or ctx.now() - flushed >= STREAM_FLUSH_S:
+                        await ctx.stream(pending)
+                        pending, flushed = [], ctx.now()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                if not events:
+                    raise RetryableError(
+                        f"{what}: {type(exc).__name__}", type="connection"
+                    ) from exc
+        await ctx.stream(pending)
+        if not ended:
+            if not events:
+                raise RetryableError(f"{what}: the stream ended before its first event")
+            raise FatalError(
+                f"{what}: the provider's stream broke after {len(events)} events",
+                type="stream_interrupted",
+            )
+        report_usage(ctx, _usage_event(events))
+        return {"object": STREAM_OBJECT, "events": events}
 
     def _report(self, ctx: Context, data: Any) -> None:
         if self.endpoint == "images" and isinstance(data, dict):

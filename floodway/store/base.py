@@ -220,6 +220,17 @@ class Store(Protocol):
         own place in the feed, so two never take each other's notices."""
         ...
 
+    async def append_stream(
+        self, task_id: str, tenant: str, first: int, events: Sequence[str], now: float
+    ) -> None:
+        """Add a streamed call's next events (numbered from ``first``); the task's waiters here
+        and in other processes hear of it."""
+        ...
+
+    async def read_stream(self, task_id: str, after: int, limit: int) -> list[tuple[int, str]]:
+        """The task's streamed events numbered above ``after``, in order: ``(seq, data)``."""
+        ...
+
     async def ended(self, task_ids: Sequence[str]) -> set[str]:
         """Which of ``task_ids`` are terminal (one read for a whole set of waiters)."""
         ...

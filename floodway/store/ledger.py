@@ -122,6 +122,18 @@ class Ledger(LedgerOpenAIRecords, ABC):
             return None
         return task_from_row(row)
 
+    async def append_stream(
+        self, task_id: str, tenant: str, first: int, events: Sequence[str], now: float
+    ) -> None:
+        await self._write(
+            lambda changes: rules.append_stream(task_id, tenant, first, events, now, changes),
+            wake=True,  # the other processes' readers of the stream hear of it
+        )
+
+    async def read_stream(self, task_id: str, after: int, limit: int) -> list[tuple[int, str]]:
+        rows = await self._all("read_stream", task_id=task_id, after=after, limit=limit)
+        return [(r["seq"], r["data"]) for r in rows]
+
     async def ended(self, task_ids: Sequence[str]) -> set[str]:
         rows = await self._all("attempts_of_ids", ids=list(task_ids))
         return {r["id"] for r in rows if Status(r["status"]) in TERMINAL}

@@ -633,7 +633,23 @@ def purge(retention: Retention) -> Rule[Purged]:
     yield from count("purge_events", before=rows_before)
     keys = yield from count("purge_keys", now=retention.now)
     yield from count("purge_spend", before=rows_before)
+    yield from count("purge_streams", before=results_before)
     return Purged(cleared, deleted, keys)
+
+
+def append_stream(
+    task_id: str,
+    tenant: str,
+    first: int,
+    events: Sequence[str],
+    now: float,
+    changes: list[TaskChange],
+) -> Rule[int]:
+    """A streamed call's next events, numbered from ``first`` (a number written already is
+    left as it is: a resubmitted call replays the same stream)."""
+    changes.append(TaskChange(task_id, Status.RUNNING, tenant))  # its readers here wake
+    return (yield from count("append_stream", task_id=task_id, first=first,
+                             events=list(events), now=now))  # fmt: skip
 
 
 # -- writes on many rows ----------------------------------------------------------------------

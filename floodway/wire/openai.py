@@ -20,6 +20,9 @@ ENDPOINT_PATHS: dict[str, str] = {
     "embeddings": "/embeddings",
     "images": "/images/generations",
 }
+#: the result of a streamed call: ``{"object": STREAM_OBJECT, "events": [data, ...]}``, its
+#: events as the provider sent them (the last one ``[DONE]``)
+STREAM_OBJECT = "floodway.stream"
 #: the same, as a batch line's ``url`` names them: path -> endpoint
 BATCH_URLS: dict[str, str] = {"/v1" + path: endpoint for endpoint, path in ENDPOINT_PATHS.items()}
 

@@ -11,6 +11,9 @@ import openai
 
 from floodway.api import serving
 from floodway.config import KindConfig
+from floodway.providers.sim import SimulatorConfig
+from floodway.providers.sim.openai import create_openai_simulator_app
+from floodway.providers.sim.openai.calls import OpenAISimulator
 from harness.openai_fake import FakeOpenAI
 from tests.integration.conftest import ApiServer, StartApi
 
@@ -55,3 +58,30 @@ async def start_front(
     upstream = await stack.enter_async_context(serving(fake.app()))
     server = await start_api(keys=KEYS, kinds=kinds(upstream, **(kind_options or {})), **kwargs)
     return OpenAIFront(server, fake)
+
+
+@dataclass
+class SimFront:
+    """floodway in front of ``floodway simulate --openai`` (its state: ``sim``)."""
+
+    server: ApiServer
+    sim: OpenAISimulator
+    url: str  # the simulator's
+
+    def sdk(self, key: str = "key-a", **kwargs: Any) -> openai.AsyncOpenAI:
+        return OpenAIFront(self.server, FakeOpenAI()).sdk(key, **kwargs)
+
+
+async def start_sim_front(
+    start_api: StartApi,
+    stack: AsyncExitStack,
+    config: SimulatorConfig | None = None,
+    *,
+    kind_options: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> SimFront:
+    """The OpenAI-compatible simulator, then floodway (``kwargs`` go to ``start_api``)."""
+    app = create_openai_simulator_app(config or SimulatorConfig(latency_ms=1))
+    upstream = await stack.enter_async_context(serving(app))
+    server = await start_api(keys=KEYS, kinds=kinds(upstream, **(kind_options or {})), **kwargs)
+    return SimFront(server, app.state.simulator, upstream)

@@ -143,8 +143,10 @@ async def test_refusals_come_in_openais_error_shape(
 ) -> None:
     front = await start_front(start_api, api_stack)
     client = front.sdk()
-    with pytest.raises(openai.BadRequestError) as streamed:
-        await client.chat.completions.create(model="gpt-4o", messages=_ask("x"), stream=True)
+    with pytest.raises(openai.BadRequestError) as streamed:  # only chat streams
+        await client.embeddings.create(
+            model="text-embedding-3-small", input="x", extra_body={"stream": True}
+        )
     assert streamed.value.code == "stream-unsupported" and streamed.value.param == "stream"
     with pytest.raises(openai.NotFoundError) as unknown:
         await client.chat.completions.create(model="gpt-5-nano", messages=_ask("x"))

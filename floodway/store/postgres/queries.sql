@@ -663,3 +663,16 @@ SELECT version FROM schema_migrations ORDER BY version;
 
 -- name: migration_done
 INSERT INTO schema_migrations (version, name) VALUES (%(version)s, %(name)s);
+
+-- name: append_stream
+INSERT INTO stream_events (task_id, seq, data, at)
+SELECT %(task_id)s, %(first)s + n - 1, e, %(now)s
+FROM unnest(%(events)s::text[]) WITH ORDINALITY AS given (e, n)
+ON CONFLICT (task_id, seq) DO NOTHING;
+
+-- name: read_stream
+SELECT seq, data FROM stream_events WHERE task_id = %(task_id)s AND seq > %(after)s
+ORDER BY seq LIMIT %(limit)s;
+
+-- name: purge_streams
+DELETE FROM stream_events WHERE at < %(before)s;

@@ -441,3 +441,15 @@ ORDER BY seq DESC LIMIT :limit;
 SELECT status, count(*) AS count FROM tasks
 WHERE batch_id = :batch_id AND (:tenant IS NULL OR tenant = :tenant)
 GROUP BY status;
+
+-- name: append_stream
+INSERT INTO stream_events (task_id, seq, data, at)
+SELECT :task_id, :first + key, value, :now FROM json_each(:events) WHERE true
+ON CONFLICT (task_id, seq) DO NOTHING;
+
+-- name: read_stream
+SELECT seq, data FROM stream_events WHERE task_id = :task_id AND seq > :after
+ORDER BY seq LIMIT :limit;
+
+-- name: purge_streams
+DELETE FROM stream_events WHERE at < :before;

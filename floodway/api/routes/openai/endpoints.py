@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import StringConstraints, TypeAdapter
 
 from floodway.api.auth import Tenant, caller_of
@@ -18,6 +18,7 @@ from floodway.api.media import JSON_BODY, require_json
 from floodway.api.problems import ApiProblem
 from floodway.api.routes.openai.calls import await_call, is_retry, submit_call, wait_budget
 from floodway.api.routes.openai.catalog import json_object, kind_for, served
+from floodway.api.routes.openai.streams import stream_call
 from floodway.api.state import ApiState, api_state
 from floodway.wire.openai import ENDPOINT_PATHS
 
@@ -33,20 +34,17 @@ PREFIX = "/openai/v1"
 
 async def _call(
     endpoint: str, request: Request, tenant: str, state: ApiState, key: str | None
-) -> JSONResponse:
+) -> Response:
     body = await json_object(request)
     kind = kind_for(state.settings, endpoint, body)
-    if body.get("stream"):
-        raise ApiProblem(
-            400,
-            "stream-unsupported",
-            "stream: true is not supported: floodway answers once the call has succeeded "
-            "(a stream cannot be retried, deduplicated or replayed); send stream: false",
-            param="stream",
-        )
+    streamed = body.get("stream") is True
+    if streamed and endpoint != "chat":
+        raise ApiProblem(400, "stream-unsupported", f"{endpoint} has no stream", param="stream")
     task = await submit_call(
         state, tenant, kind, body, key or None, retry=is_retry(request.headers)
     )
+    if streamed:
+        return await stream_call(state, task, body)
     left = None if task.deadline_at is None else task.deadline_at - state.fw.clock.now()
     return await await_call(state, task, wait_budget(request.headers, left))
 
@@ -74,21 +72,21 @@ DIRECT: dict[tuple[str, str], Handler] = {
 @router.post("/chat/completions", dependencies=[JSON_BODY])
 async def chat_completions(
     request: Request, tenant: Tenant, state: State, key: IdempotencyKey = None
-) -> JSONResponse:
+) -> Response:
     return await _call("chat", request, tenant, state, key)
 
 
 @router.post("/embeddings", dependencies=[JSON_BODY])
 async def embeddings(
     request: Request, tenant: Tenant, state: State, key: IdempotencyKey = None
-) -> JSONResponse:
+) -> Response:
     return await _call("embeddings", request, tenant, state, key)
 
 
 @router.post("/images/generations", dependencies=[JSON_BODY])
 async def images(
     request: Request, tenant: Tenant, state: State, key: IdempotencyKey = None
-) -> JSONResponse:
+) -> Response:
     return await _call("images", request, tenant, state, key)
 
 

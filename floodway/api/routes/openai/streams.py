@@ -1,0 +1,210 @@
+"""A streamed OpenAI call (``stream: true``): a task like any other, its events read from the
+ledger as the worker that holds its slot appends them, so the client may be served by any
+API process, and every client of the same work (an identical request in flight, the same
+Idempotency-Key, later a replay) gets the whole stream from its first event.
+
+While the task waits its turn the client gets SSE comments (``: queued, position N``) every
+``[api] stream_keepalive``, so no proxy's idle timeout cuts it; the answer's status is
+committed only then, so a call refused before its first event (the provider refused it, the
+work died) is an HTTP error as for any call. After the first event a failure ends the
+stream with an error event: the client has part of the answer, so nothing continues it on
+another attempt. A client that hangs up stops nothing: the worker reads the provider's
+stream to its end and keeps it for the same request again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi.responses import StreamingResponse
+
+from floodway.api.routes.openai.calls import TASK_HEADER, failure
+from floodway.api.state import ApiState
+from floodway.core.errors import IllegalTransition
+from floodway.core.states import Status
+from floodway.core.task import Task
+from floodway.store.base import ReadyQuery
+from floodway.wire.openai import STREAM_OBJECT, openai_error, task_failure
+
+#: events read from the ledger at once
+READ_AT_ONCE = 1000
+#: ready tasks looked through for a queue position
+POSITION_HORIZON = 1000
+QUEUE_HEADER = "x-floodway-queue-position"
+
+
+@dataclass
+class _Ended:
+    """The stream's end: the events still to send, and an error event or ``None``."""
+
+    error: str | None = None
+
+
+@dataclass
+class StreamReader:
+    """One client's view of a streamed call: which task's events it reads, how many it has
+    sent, and whether the client asked for the usage chunk."""
+
+    state: ApiState
+    task: Task
+    wants_usage: bool
+    #: the task whose events are read: the call's own, or the one it joined in flight
+    source: str = ""
+    sent: int = 0
+    _events: list[asyncio.Event] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.source = self.task.id
+
+    async def first(self, patience_s: float) -> list[str] | _Ended:
+        """The first events, the end (raised as the call's HTTP error when nothing was sent),
+        or nothing yet after ``patience_s`` (the client gets comments from then on)."""
+        clock = self.state.fw.clock
+        give_up = clock.now() + patience_s
+        while True:
+            got = await self._pull()
+            if isinstance(got, _Ended) and got.error is not None and self.sent == 0:
+                raise failure(self.task, {TASK_HEADER: self.task.id})
+            if got:
+                return got
+            left = give_up - clock.now()
+            if left <= 0:
+                return []
+            await self._wait(left)
+
+    async def rest(self, first: list[str] | _Ended) -> AsyncIterator[str]:
+        """The SSE body: comments while waiting, the events as they come, then the end."""
+        keepalive = self.state.settings.api.stream_keepalive
+        got = first
+        try:
+            if not got:
+                yield await self._comment()
+            while True:
+                if isinstance(got, _Ended):
+                    if got.error is not None:
+                        yield got.error
+                    return
+                for data in got:
+                    shown = self._shown(data)
+                    if shown is not None:
+                        yield f"data: {shown}\n\n"
+                got = await self._pull()
+                while not got:
+                    if not await self._wait(keepalive):
+                        yield await self._comment()
+                    got = await self._pull()
+        finally:
+            self._unwatch()
+
+    async def _pull(self) -> list[str] | _Ended:
+        """What is new since the last look: events, the end, or nothing."""
+        fw = self.state.fw
+        task = await fw.get(self.task.id, tenant=self.task.tenant)
+        self.task = task
+        source = task.waits_for or task.id
+        if source != self.source:
+            if self.sent:  # the work it joined ended without a result: its part is all
+                await self._cancel_own()
+                return _Ended(_error_event(409, "stream-lost", "the stream it joined failed"))
+            self.source = source
+        rows = await fw.store.read_stream(self.source, self.sent, READ_AT_ONCE)
+        if rows:
+            self.sent = rows[-1][0]
+            return [data for _, data in rows]
+        if not task.terminal:
+            return []
+        if task.status in (Status.SUCCEEDED, Status.DEDUPED):
+            events = _events_of(task.result)
+            rest, self.sent = events[self.sent :], len(events)
+            return rest or _Ended()
+        failed = task_failure(task)
+        return _Ended(_error_event(failed.status, failed.code or failed.slug, failed.message))
+
+    async def _wait(self, timeout: float) -> bool:
+        """Until the task or its source changes here, another process writes, or timeout."""
+        hub = self.state.fw.runtime.hub
+        self._unwatch()
+        self._events = [hub.watch(self.task.id), hub.watch(self.source), hub.watch_remote()]
+        hub.follow(self.state.fw.store)
+        waits = [asyncio.ensure_future(e.wait()) for e in self._events]
+        try:
+            done, _ = await asyncio.wait(
+                waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for w in waits:
+                w.cancel()
+        return bool(done)
+
+    def _unwatch(self) -> None:
+        hub = self.state.fw.runtime.hub
+        if self._events:
+            own, source, remote = self._events
+            hub.unwatch(self.task.id, own)
+            hub.unwatch(self.source, source)
+            hub.unwatch_remote(remote)
+        self._events = []
+
+    async def _comment(self) -> str:
+        position = await queue_position(self.state, self.task, self.source)
+        return ": queued\n\n" if position is None else f": queued, position {position}\n\n"
+
+    async def _cancel_own(self) -> None:
+        with contextlib.suppress(IllegalTransition):
+            await self.state.fw.cancel(self.task.id, tenant=self.task.tenant)
+
+    def _shown(self, data: str) -> str | None:
+        """The event as this client asked for it: without the usage floodway always asks
+        the provider for, unless the client asked too."""
+        if self.wants_usage or data == "[DONE]" or '"usage"' not in data:
+            return data
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            return data
+        if not isinstance(chunk, dict):
+            return data
+        usage = chunk.pop("usage", None)
+        if usage is not None and not chunk.get("choices"):
+            return None  # the usage chunk itself
+        return json.dumps(chunk, separators=(",", ":"))
+
+
+def _events_of(result: Any) -> list[str]:
+    if isinstance(result, dict) and result.get("object") == STREAM_OBJECT:
+        events = result.get("events")
+        if isinstance(events, list):
+            return [str(e) for e in events]
+    return []
+
+
+def _error_event(status: int, code: str, message: str) -> str:
+    error = openai_error(status, code, message)
+    return f"data: {json.dumps({'error': error}, separators=(',', ':'))}\n\n"
+
+
+async def queue_position(state: ApiState, task: Task, source: str) -> int | None:
+    """Where the work stands in its kind's queue (1: next), None once it runs."""
+    fw = state.fw
+    ready = await fw.store.ready(ReadyQuery((task.kind,), fw.clock.now(), POSITION_HORIZON))
+    ids = [c.task_id for c in ready]
+    return ids.index(source) + 1 if source in ids else None
+
+
+async def stream_call(state: ApiState, task: Task, body: dict[str, Any]) -> StreamingResponse:
+    """The SSE answer of a streamed call's task (submitted already)."""
+    options = body.get("stream_options")
+    wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+    reader = StreamReader(state, task, wants_usage)
+    first = await reader.first(state.settings.api.stream_keepalive)
+    headers = {TASK_HEADER: task.id, "Cache-Control": "no-cache"}
+    if not first:
+        position = await queue_position(state, reader.task, reader.source)
+        if position is not None:
+            headers[QUEUE_HEADER] = str(position)
+    return StreamingResponse(reader.rest(first), media_type="text/event-stream", headers=headers)

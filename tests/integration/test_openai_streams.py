@@ -1,0 +1,154 @@
+"""``stream: true`` through ``/openai/v1``: a stream is a task like any other (limits,
+retries before its first event, billing from its usage), kept with the task so that an
+identical request joins it live and a later one replays it, billed once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from floodway.config import ResourceConfig
+from floodway.providers.sim import SimulatorConfig
+from floodway.store.base import TaskQuery
+from harness.processes import until
+from tests.integration.conftest import StartApi
+from tests.integration.openai_setup import SimFront, start_sim_front
+
+ASK: dict[str, Any] = {
+    "model": "gpt-4o-mini",
+    "messages": [{"role": "user", "content": "one two three four five six"}],
+}
+WHOLE = "echo: one two three four five six"
+
+
+def started(front: SimFront) -> Callable[[], Awaitable[bool]]:
+    async def calling() -> bool:
+        return front.sim.core.stats.in_flight > 0
+
+    return calling
+
+
+def _text(chunks: list[Any]) -> str:
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+async def test_a_stream_comes_as_openai_sends_it_and_is_billed_from_its_usage(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    front = await start_sim_front(start_api, api_stack)
+    chat = front.sdk().chat.completions
+    plain = [c async for c in await chat.create(**ASK, stream=True)]
+    assert _text(plain) == WHOLE
+    assert all(c.usage is None for c in plain)  # floodway asked for usage; this client did not
+    assert plain[-1].choices[0].finish_reason == "stop"
+    counted = [
+        c
+        async for c in await chat.create(
+            **ASK, stream=True, temperature=0.5, stream_options={"include_usage": True}
+        )
+    ]
+    assert counted[-1].choices == [] and counted[-1].usage is not None
+    assert counted[-1].usage.total_tokens == 14
+    tasks = await front.server.fw.list_tasks(TaskQuery(tenant="tenant-a"))
+    assert [t.cost_actual for t in tasks] == [14.0, 14.0]  # settled from the usage chunk
+    assert front.sim.core.ledger.total == 2 and front.sim.core.ledger.total_tokens == 28
+
+
+async def test_an_identical_stream_joins_the_live_one_and_a_later_one_replays_it(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    """temperature 0: deterministic, so the finished stream is replayed too."""
+    config = SimulatorConfig(latency_ms=50, chunk_ms=40)
+    front = await start_sim_front(start_api, api_stack, config)
+    chat = front.sdk().chat.completions
+
+    async def read() -> list[Any]:
+        return [c async for c in await chat.create(**ASK, stream=True, temperature=0)]
+
+    first = asyncio.create_task(read())
+    await until(started(front), 10, "the first call started")
+    joined = await read()
+    later = await read()
+    assert _text(await first) == _text(joined) == _text(later) == WHOLE
+    assert front.sim.core.stats.requests == 1 and front.sim.core.ledger.total == 1
+
+
+async def test_before_the_first_event_a_provider_failure_is_retried_unseen(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    front = await start_sim_front(start_api, api_stack, SimulatorConfig(latency_ms=1, seed=3))
+    chat = front.sdk().chat.completions
+    front.sim.core.config = front.sim.core.config.model_copy(update={"rate_limit_rate": 0.5})
+    chunks = [c async for c in await chat.create(**ASK, stream=True)]
+    assert _text(chunks) == WHOLE
+    with pytest.raises(openai.BadRequestError) as refused:  # refused: a plain HTTP error
+        await chat.create(**ASK, stream=True, metadata={"fail": "refusal"})
+    assert refused.value.code == "content_policy_violation"
+
+
+async def test_after_the_first_event_a_broken_stream_ends_with_an_error_event(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    front = await start_sim_front(start_api, api_stack)
+    stream = await front.sdk().chat.completions.create(**ASK, stream=True, metadata={"fail": "cut"})
+    received: list[Any] = []
+    with pytest.raises(openai.APIError) as broken:
+        async for chunk in stream:
+            received.append(chunk)
+    assert received and _text(received) != WHOLE  # the part that came, then the error
+    assert "stream broke" in broken.value.message
+    (task,) = await front.server.fw.list_tasks(TaskQuery(tenant="tenant-a"))
+    assert task.status.value == "failed" and task.attempts == 1  # not run again
+
+
+async def test_a_waiting_stream_gets_keep_alive_comments_with_its_queue_position(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    config = SimulatorConfig(latency_ms=600, chunk_ms=1)
+    front = await start_sim_front(
+        start_api,
+        api_stack,
+        config,
+        kind_options={"resource": "one"},
+        resources={"one": ResourceConfig(concurrency=1)},
+        api={"stream_keepalive": 0.1},
+    )
+    busy = asyncio.create_task(
+        front.sdk().chat.completions.create(**ASK, stream=True, temperature=1.0)
+    )
+    await until(started(front), 10, "the busy call started")
+    body = {**ASK, "stream": True, "temperature": 0.9}
+    lines = []
+    async with httpx.AsyncClient(base_url=front.server.url, timeout=30) as http:
+        headers = {"Authorization": "Bearer key-a"}
+        async with http.stream(
+            "POST", "/openai/v1/chat/completions", json=body, headers=headers
+        ) as answer:
+            assert answer.headers["x-floodway-queue-position"] == "1"
+            async for line in answer.aiter_lines():
+                lines.append(line)
+    assert lines[0] == ": queued, position 1" and lines[-2] == "data: [DONE]"
+    await (await busy).close()
+
+
+async def test_a_client_that_hangs_up_stops_nothing_and_its_retry_replays_the_stream(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    front = await start_sim_front(start_api, api_stack, SimulatorConfig(latency_ms=1, chunk_ms=30))
+    chat = front.sdk().chat.completions
+    key = {"Idempotency-Key": "hang-up"}
+    stream = await chat.create(**ASK, stream=True, extra_headers=key)
+    async for _ in stream:
+        break  # the client goes away after the first chunk
+    await stream.close()
+    (task,) = await front.server.fw.list_tasks(TaskQuery(tenant="tenant-a"))
+    done = await front.server.fw.wait(task.id, timeout=30)
+    assert done.status.value == "succeeded"  # the provider's stream was read to its end
+    again = [c async for c in await chat.create(**ASK, stream=True, extra_headers=key)]
+    assert _text(again) == WHOLE and front.sim.core.ledger.total == 1
