@@ -373,8 +373,10 @@ class KindConfig(_Strict):
         description="the environment variable that holds the API key",
         json_schema_extra=_for("openai"),
     )
-    endpoint: Literal["chat", "embeddings", "images"] = Field(
-        "chat", description="chat | embeddings | images", json_schema_extra=_for("openai")
+    endpoint: Literal["chat", "embeddings", "images", "responses"] = Field(
+        "chat",
+        description="chat | embeddings | images | responses (the Responses API)",
+        json_schema_extra=_for("openai"),
     )
     model: str | None = Field(
         None,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
@@ -27,15 +28,21 @@ from floodway.core.errors import FatalError, RetryableError
 from floodway.core.task import JSON
 from floodway.kinds import CostFn
 from floodway.providers.base import Finished, Submission
-from floodway.providers.cost import chat_tokens, embedding_tokens, image_count
+from floodway.providers.cost import (
+    DEFAULT_MAX_TOKENS,
+    chat_tokens,
+    embedding_tokens,
+    generic_tokens,
+    image_count,
+)
 from floodway.providers.responses import error_for, json_body, keep_headers, report_usage
 from floodway.providers.transport import AioSession, as_httpx
-from floodway.wire.openai import ENDPOINT_PATHS, STREAM_OBJECT
+from floodway.wire.openai import ENDPOINT_PATHS, RESPONSE_ENDS, STREAM_OBJECT
 
 if TYPE_CHECKING:
     from floodway.context import Context
 
-Endpoint = Literal["chat", "embeddings", "images"]
+Endpoint = Literal["chat", "embeddings", "images", "responses"]
 #: how often a stream's events are handed on, and the most of one floodway keeps
 STREAM_FLUSH_S = 0.05
 MAX_STREAM_BYTES = 16 * 2**20
@@ -44,20 +51,32 @@ DEFAULT_COST: dict[str, CostFn] = {
     "chat": chat_tokens,
     "embeddings": embedding_tokens,
     "images": image_count,
+    "responses": partial(generic_tokens, default_output=DEFAULT_MAX_TOKENS),
 }
 
 
 def _usage_event(events: list[str]) -> Any:
-    """The stream's usage chunk (the last one that carries usage), parsed."""
+    """The stream's usage: a chat stream's usage chunk, or the response a Responses stream
+    ended with (the last event that carries usage), parsed."""
     for data in reversed(events):
         if '"usage"' in data and data != "[DONE]":
             try:
                 chunk = json.loads(data)
             except ValueError:
                 continue
-            if isinstance(chunk, dict) and chunk.get("usage"):
+            if isinstance(chunk, dict) and (chunk.get("usage") or chunk.get("response")):
                 return chunk
     return None
+
+
+def _last_response_event(data: str) -> bool:
+    if '"type":"response.' not in data.replace(" ", ""):
+        return False
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(event, dict) and event.get("type") in RESPONSE_ENDS
 
 
 def encode(body: JSON) -> bytes:
@@ -130,6 +149,13 @@ class OpenAIAdapter:
             body["stream_options"] = {**(options if isinstance(options, dict) else {}),
                                       "include_usage": True}  # fmt: skip
             return Finished(await self._stream(ctx, body, headers, what))
+        if self.endpoint == "responses" and (body.get("stream") is True or body.get("background")):
+            # A background response is floodway's task: streamed here, so that its events are
+            # kept (a client resumes them by number) while the provider runs it in the
+            # foreground.
+            body.pop("background", None)
+            body["stream"] = True
+            return Finished(await self._stream(ctx, body, headers, what))
         response = await self.http.post(ctx, self.url, encode(body), headers, what)
         if not response.is_success:
             raise error_for(response, ctx.now(), what)
@@ -168,7 +194,7 @@ class OpenAIAdapter:
                             "floodway keeps of one",
                             type="stream_too_long",
                         )
-                    ended = data == "[DONE]"
+                    ended = data == "[DONE]" or _last_response_event(data)
                     if ended or ctx.now() - flushed >= STREAM_FLUSH_S:
                         await ctx.stream(pending)
                         pending, flushed = [], ctx.now()
@@ -185,7 +211,8 @@ class OpenAIAdapter:
                 f"{what}: the provider's stream broke after {len(events)} events",
                 type="stream_interrupted",
             )
-        report_usage(ctx, _usage_event(events))
+        usage = _usage_event(events)
+        report_usage(ctx, usage.get("response", usage) if isinstance(usage, dict) else None)
         return {"object": STREAM_OBJECT, "events": events}
 
     def _report(self, ctx: Context, data: Any) -> None:

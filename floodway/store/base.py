@@ -231,6 +231,11 @@ class Store(Protocol):
         """The task's streamed events numbered above ``after``, in order: ``(seq, data)``."""
         ...
 
+    async def forget_result(self, task_id: str, tenant: str) -> bool:
+        """Drop an ended task's result and streamed events (an OpenAI response deleted);
+        False when the tenant has no such ended task."""
+        ...
+
     async def ended(self, task_ids: Sequence[str]) -> set[str]:
         """Which of ``task_ids`` are terminal (one read for a whole set of waiters)."""
         ...

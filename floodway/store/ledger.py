@@ -134,6 +134,15 @@ class Ledger(LedgerOpenAIRecords, ABC):
         rows = await self._all("read_stream", task_id=task_id, after=after, limit=limit)
         return [(r["seq"], r["data"]) for r in rows]
 
+    async def forget_result(self, task_id: str, tenant: str) -> bool:
+        def rule(_: list[TaskChange]) -> Rule[int]:
+            forgotten = yield from count("forget_result", id=task_id, tenant=tenant)
+            if forgotten:
+                yield from count("forget_stream", id=task_id)
+            return forgotten
+
+        return bool(await self._write(rule))
+
     async def ended(self, task_ids: Sequence[str]) -> set[str]:
         rows = await self._all("attempts_of_ids", ids=list(task_ids))
         return {r["id"] for r in rows if Status(r["status"]) in TERMINAL}

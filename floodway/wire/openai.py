@@ -19,7 +19,10 @@ ENDPOINT_PATHS: dict[str, str] = {
     "chat": "/chat/completions",
     "embeddings": "/embeddings",
     "images": "/images/generations",
+    "responses": "/responses",
 }
+#: a Responses stream's last event is one of these (a chat stream's is ``[DONE]``)
+RESPONSE_ENDS = frozenset({"response.completed", "response.failed", "response.incomplete"})
 #: the result of a streamed call: ``{"object": STREAM_OBJECT, "events": [data, ...]}``, its
 #: events as the provider sent them (the last one ``[DONE]``)
 STREAM_OBJECT = "floodway.stream"

@@ -42,6 +42,7 @@ def kinds(upstream: str, **extra: Any) -> dict[str, KindConfig]:
         "chat": KindConfig(endpoint="chat", models=["gpt-4o-mini", "gpt-4o"], **base),
         "embed": KindConfig(endpoint="embeddings", models=["text-embedding-3-small"], **base),
         "draw": KindConfig(endpoint="images", models=["dall-e-3"], **base),
+        "respond": KindConfig(endpoint="responses", models=["gpt-4.1-mini"], **base),
     }
 
 

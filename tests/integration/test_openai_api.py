@@ -34,6 +34,7 @@ async def test_chat_embeddings_and_images_answer_with_the_providers_body(
     listed = await client.models.list()
     assert sorted(m.id for m in listed.data) == [
         "dall-e-3",
+        "gpt-4.1-mini",
         "gpt-4o",
         "gpt-4o-mini",
         "text-embedding-3-small",

@@ -676,3 +676,10 @@ ORDER BY seq LIMIT %(limit)s;
 
 -- name: purge_streams
 DELETE FROM stream_events WHERE at < %(before)s;
+
+-- name: forget_result
+UPDATE tasks SET result = NULL
+WHERE id = %(id)s AND tenant = %(tenant)s AND finished_at IS NOT NULL;
+
+-- name: forget_stream
+DELETE FROM stream_events WHERE task_id = %(id)s;

@@ -453,3 +453,10 @@ ORDER BY seq LIMIT :limit;
 
 -- name: purge_streams
 DELETE FROM stream_events WHERE at < :before;
+
+-- name: forget_result
+UPDATE tasks SET result = NULL
+WHERE id = :id AND tenant = :tenant AND finished_at IS NOT NULL;
+
+-- name: forget_stream
+DELETE FROM stream_events WHERE task_id = :id;

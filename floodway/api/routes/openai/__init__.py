@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from floodway.api.routes.openai import batches, endpoints, files
+from floodway.api.routes.openai import batches, endpoints, files, responses
 from floodway.api.routes.openai.endpoints import DIRECT, PREFIX
 
 #: uploads may be larger than other bodies ([api] max_file_bytes)
@@ -13,7 +13,7 @@ FILES_PATH = PREFIX + "/files"
 
 # OpenAI's API reference describes these routes; floodway's OpenAPI document keeps to its own.
 router = APIRouter(prefix=PREFIX, tags=["openai"], include_in_schema=False)
-for module in (endpoints, files, batches):
+for module in (endpoints, responses, files, batches):
     router.include_router(module.router)
 
 __all__ = ["DIRECT", "FILES_PATH", "PREFIX", "router"]

@@ -65,15 +65,14 @@ async def submit_call(
     key: str | None,
     *,
     retry: bool = False,
+    lane: Lane = Lane.INTERACTIVE,
 ) -> Task:
     """Submit in the interactive lane; past the tenant's ``interactive_depth`` the call goes
     in the background lane instead of being refused: a client waiting on twenty calls at once
     gets twenty answers, the first few ahead of batch work. The request key's promise (the
     hash of what was asked) is the same in either lane, so a replay finds the task. A
     ``retry`` of a sampled request takes a finished identical result (see KindSpec.replays)."""
-    request = SubmitRequest(
-        kind, body, lane=Lane.INTERACTIVE, key=key, replay=True if retry else None
-    )
+    request = SubmitRequest(kind, body, lane=lane, key=key, replay=True if retry else None)
     (submitted,) = await state.fw.runtime.submit(
         [request], tenant=tenant, gate=state.gate, overflow=True
     )

@@ -16,8 +16,10 @@ from floodway.api.auth import Tenant, caller_of
 from floodway.api.direct import Handler, validate
 from floodway.api.media import JSON_BODY, require_json
 from floodway.api.problems import ApiProblem
+from floodway.api.routes.openai import responses
 from floodway.api.routes.openai.calls import await_call, is_retry, submit_call, wait_budget
 from floodway.api.routes.openai.catalog import json_object, kind_for, served
+from floodway.api.routes.openai.responses import refuse_chat_only
 from floodway.api.routes.openai.streams import stream_call
 from floodway.api.state import ApiState, api_state
 from floodway.wire.openai import ENDPOINT_PATHS
@@ -36,6 +38,10 @@ async def _call(
     endpoint: str, request: Request, tenant: str, state: ApiState, key: str | None
 ) -> Response:
     body = await json_object(request)
+    if endpoint == "responses":
+        refuse_chat_only(state, body)
+        kind = kind_for(state.settings, endpoint, body)
+        return await responses.create(state, request, tenant, kind, body, key or None)
     kind = kind_for(state.settings, endpoint, body)
     streamed = body.get("stream") is True
     if streamed and endpoint != "chat":
@@ -81,6 +87,13 @@ async def embeddings(
     request: Request, tenant: Tenant, state: State, key: IdempotencyKey = None
 ) -> Response:
     return await _call("embeddings", request, tenant, state, key)
+
+
+@router.post("/responses", dependencies=[JSON_BODY])
+async def create_response(
+    request: Request, tenant: Tenant, state: State, key: IdempotencyKey = None
+) -> Response:
+    return await _call("responses", request, tenant, state, key)
 
 
 @router.post("/images/generations", dependencies=[JSON_BODY])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,14 +45,20 @@ class _Ended:
     error: str | None = None
 
 
+#: an event as one client gets it: its SSE text, or None to leave it out
+Render = Callable[[str], str | None]
+
+
 @dataclass
 class StreamReader:
     """One client's view of a streamed call: which task's events it reads, how many it has
-    sent, and whether the client asked for the usage chunk."""
+    sent, and how it shows each one (``render``); ``named``: the events carry their type as
+    the SSE event name (the Responses API's)."""
 
     state: ApiState
     task: Task
-    wants_usage: bool
+    render: Render
+    named: bool = False
     #: the task whose events are read: the call's own, or the one it joined in flight
     source: str = ""
     sent: int = 0
@@ -90,9 +96,9 @@ class StreamReader:
                         yield got.error
                     return
                 for data in got:
-                    shown = self._shown(data)
+                    shown = self.render(data)
                     if shown is not None:
-                        yield f"data: {shown}\n\n"
+                        yield shown
                 got = await self._pull()
                 while not got:
                     if not await self._wait(keepalive):
@@ -110,7 +116,7 @@ class StreamReader:
         if source != self.source:
             if self.sent:  # the work it joined ended without a result: its part is all
                 await self._cancel_own()
-                return _Ended(_error_event(409, "stream-lost", "the stream it joined failed"))
+                return _Ended(self._error(409, "stream-lost", "the stream it joined failed"))
             self.source = source
         rows = await fw.store.read_stream(self.source, self.sent, READ_AT_ONCE)
         if rows:
@@ -123,7 +129,14 @@ class StreamReader:
             rest, self.sent = events[self.sent :], len(events)
             return rest or _Ended()
         failed = task_failure(task)
-        return _Ended(_error_event(failed.status, failed.code or failed.slug, failed.message))
+        return _Ended(self._error(failed.status, failed.code or failed.slug, failed.message))
+
+    def _error(self, status: int, code: str, message: str) -> str:
+        """The error event that ends a stream (the SDKs raise it as ``APIError``)."""
+        error = openai_error(status, code, message)
+        body = {"type": "error", "code": code, "message": message, "error": error}
+        text = json.dumps(body if self.named else {"error": error}, separators=(",", ":"))
+        return f"event: error\ndata: {text}\n\n" if self.named else f"data: {text}\n\n"
 
     async def _wait(self, timeout: float) -> bool:
         """Until the task or its source changes here, another process writes, or timeout."""
@@ -158,22 +171,6 @@ class StreamReader:
         with contextlib.suppress(IllegalTransition):
             await self.state.fw.cancel(self.task.id, tenant=self.task.tenant)
 
-    def _shown(self, data: str) -> str | None:
-        """The event as this client asked for it: without the usage floodway always asks
-        the provider for, unless the client asked too."""
-        if self.wants_usage or data == "[DONE]" or '"usage"' not in data:
-            return data
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            return data
-        if not isinstance(chunk, dict):
-            return data
-        usage = chunk.pop("usage", None)
-        if usage is not None and not chunk.get("choices"):
-            return None  # the usage chunk itself
-        return json.dumps(chunk, separators=(",", ":"))
-
 
 def _events_of(result: Any) -> list[str]:
     if isinstance(result, dict) and result.get("object") == STREAM_OBJECT:
@@ -183,9 +180,25 @@ def _events_of(result: Any) -> list[str]:
     return []
 
 
-def _error_event(status: int, code: str, message: str) -> str:
-    error = openai_error(status, code, message)
-    return f"data: {json.dumps({'error': error}, separators=(',', ':'))}\n\n"
+def chat_render(wants_usage: bool) -> Render:
+    """A chat stream's event: without the usage floodway always asks the provider for,
+    unless the client asked too."""
+
+    def render(data: str) -> str | None:
+        if wants_usage or data == "[DONE]" or '"usage"' not in data:
+            return f"data: {data}\n\n"
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            return f"data: {data}\n\n"
+        if not isinstance(chunk, dict):
+            return f"data: {data}\n\n"
+        usage = chunk.pop("usage", None)
+        if usage is not None and not chunk.get("choices"):
+            return None  # the usage chunk itself
+        return f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n"
+
+    return render
 
 
 async def queue_position(state: ApiState, task: Task, source: str) -> int | None:
@@ -197,10 +210,16 @@ async def queue_position(state: ApiState, task: Task, source: str) -> int | None
 
 
 async def stream_call(state: ApiState, task: Task, body: dict[str, Any]) -> StreamingResponse:
-    """The SSE answer of a streamed call's task (submitted already)."""
+    """The SSE answer of a streamed chat call's task (submitted already)."""
     options = body.get("stream_options")
     wants_usage = isinstance(options, dict) and options.get("include_usage") is True
-    reader = StreamReader(state, task, wants_usage)
+    return await stream_answer(StreamReader(state, task, chat_render(wants_usage)))
+
+
+async def stream_answer(reader: StreamReader) -> StreamingResponse:
+    """The SSE answer of ``reader``'s task: its status committed once the first events came,
+    or once the task has waited a keep-alive interval."""
+    state, task = reader.state, reader.task
     first = await reader.first(state.settings.api.stream_keepalive)
     headers = {TASK_HEADER: task.id, "Cache-Control": "no-cache"}
     if not first:
