@@ -54,8 +54,9 @@ def configuration(text: str) -> str:
     return found[0].body
 
 
-def with_ports(text: str, api: int, provider: int) -> str:
-    return re.sub(r"\b9000\b", str(provider), re.sub(r"\b8000\b", str(api), text))
+def with_ports(text: str, api: int, provider: int, openai: int | None = None) -> str:
+    text = re.sub(r"\b9000\b", str(provider), re.sub(r"\b8000\b", str(api), text))
+    return text if openai is None else re.sub(r"\b9001\b", str(openai), text)
 
 
 def test_every_shell_block_says_why_when_it_is_not_run() -> None:
@@ -70,7 +71,7 @@ def test_every_shell_block_says_why_when_it_is_not_run() -> None:
 @pytest.mark.timeout(600)
 def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     text = README.read_text()
-    api, provider = free_port(), free_port()
+    api, provider, openai = free_port(), free_port(), free_port()
     (tmp_path / "floodway.toml").write_text(with_ports(configuration(text), api, provider))
     run = [b for b in blocks(text) if b.lang == "bash" and b.skipped_because is None]
     script = [
@@ -79,7 +80,10 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
         "trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT",
     ]
     for block in run:
-        script += [f"echo '>>> README.md line {block.line}'", with_ports(block.body, api, provider)]
+        script += [
+            f"echo '>>> README.md line {block.line}'",
+            with_ports(block.body, api, provider, openai),
+        ]
     (tmp_path / "readme.sh").write_text("\n".join(script) + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOODWAY_")}
     env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}", COLUMNS="100")

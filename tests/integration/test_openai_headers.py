@@ -94,3 +94,12 @@ async def test_one_sdk_call_to_an_unreachable_provider_is_one_task_and_one_http_
     assert len(sent) == 1
     tasks = await server.fw.list_tasks(TaskQuery(tenant="tenant-a"))
     assert [t.status.value for t in tasks] == ["dead"] and tasks[0].attempts == 2
+
+
+async def test_the_provider_gets_the_servers_key_never_the_tenants(
+    start_api: StartApi, api_stack: AsyncExitStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-server-side")
+    front = await start_front(start_api, api_stack, kind_options={"api_key_env": "OPENAI_API_KEY"})
+    await front.sdk().chat.completions.create(model="gpt-4o-mini", messages=_ask("hi"))
+    assert front.fake.authorizations == ["Bearer sk-server-side"]

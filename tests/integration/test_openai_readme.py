@@ -1,6 +1,7 @@
-"""The README's "Use it from the OpenAI SDK" blocks, run as written: its TOML declares the
-kind (only ``base_url`` is pointed at a fake provider), its Python calls floodway with the
-official SDK (only the host is this test server's)."""
+"""The README's "Use it from the OpenAI SDK" blocks, run as written against the OpenAI
+simulator its shell block starts (``floodway simulate --openai``, here in-process): its TOML
+declares the kind (only the simulator's port is this test's), its Python calls floodway with
+the official SDK (only the host is this test server's)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pytest
 
 from floodway.api import serving
 from floodway.config import KindConfig, ResourceConfig
-from harness.openai_fake import FakeOpenAI
+from floodway.providers.sim import SimulatorConfig
+from floodway.providers.sim.openai import create_openai_simulator_app
 from tests.integration.conftest import StartApi
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -34,12 +36,12 @@ async def test_the_readme_lines_answer_through_floodway(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-server-side")
     (config,) = _blocks("toml")
     (code,) = _blocks("python")
-    fake = FakeOpenAI()
-    upstream = await api_stack.enter_async_context(serving(fake.app()))
-    declared = tomllib.loads(config)
-    kinds = {
-        n: KindConfig(**{**c, "base_url": f"{upstream}/v1"}) for n, c in declared["kinds"].items()
-    }
+    (shell,) = _blocks("bash")
+    assert "floodway simulate --openai --port 9001 --latency-ms 50" in shell
+    app = create_openai_simulator_app(SimulatorConfig(latency_ms=50))
+    upstream = await api_stack.enter_async_context(serving(app))
+    declared = tomllib.loads(config.replace("http://127.0.0.1:9001", upstream))
+    kinds = {n: KindConfig(**c) for n, c in declared["kinds"].items()}
     resources = {n: ResourceConfig(**c) for n, c in declared["resources"].items()}
     server = await start_api(keys={"key-a": "tenant-a"}, kinds=kinds, resources=resources)
     printed = io.StringIO()
@@ -49,5 +51,5 @@ async def test_the_readme_lines_answer_through_floodway(
             exec(code.replace("http://127.0.0.1:8000", server.url), {})
 
     await asyncio.to_thread(run)
-    assert printed.getvalue() == "echo: hi\n"
-    assert fake.authorizations == ["Bearer sk-server-side"]  # the provider's key, not key-a
+    assert printed.getvalue() == "echo: hi\necho: hi"  # the answer, then the same streamed
+    assert app.state.simulator.core.ledger.total == 2
