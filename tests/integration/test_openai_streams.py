@@ -15,7 +15,7 @@ import pytest
 
 from floodway.config import ResourceConfig
 from floodway.providers.sim import SimulatorConfig
-from floodway.store.base import TaskQuery
+from floodway.store.base import SpendQuery, TaskQuery
 from harness.processes import until
 from tests.integration.conftest import StartApi
 from tests.integration.openai_setup import SimFront, start_sim_front
@@ -152,3 +152,45 @@ async def test_a_client_that_hangs_up_stops_nothing_and_its_retry_replays_the_st
     assert done.status.value == "succeeded"  # the provider's stream was read to its end
     again = [c async for c in await chat.create(**ASK, stream=True, extra_headers=key)]
     assert _text(again) == WHOLE and front.sim.core.ledger.total == 1
+
+
+async def test_fifty_streams_on_a_resource_capped_at_5_through_a_429_storm(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    """50 concurrent SDK streams, a cap of 5, the first 10 provider answers 429: the provider
+    never sees more than 5, no client sees a 429, every stream is whole, and the spend is
+    what the provider's usage says."""
+    config = SimulatorConfig(latency_ms=20, chunk_ms=2, max_concurrency=5)
+    price = {"input_per_1m": 1.0, "output_per_1m": 2.0}
+    front = await start_sim_front(
+        start_api,
+        api_stack,
+        config,
+        kind_options={"resource": "capped", "price": price},
+        resources={"capped": ResourceConfig(concurrency=5)},
+    )
+    front.sim.storm(10)
+    chat = front.sdk(timeout=60).chat.completions  # max_retries 0: a 429 that came would raise
+
+    async def one(n: int) -> tuple[str, Any]:
+        ask = {**ASK, "messages": [{"role": "user", "content": f"stream {n}"}]}
+        chunks = [
+            c
+            async for c in await chat.create(
+                **ask, stream=True, stream_options={"include_usage": True}
+            )
+        ]
+        return _text(chunks), chunks[-1].usage
+
+    done = await asyncio.gather(*(one(n) for n in range(50)))
+    assert sorted(text for text, _ in done) == sorted(f"echo: stream {n}" for n in range(50))
+    stats = front.sim.core.stats
+    assert stats.peak_concurrency <= 5 and stats.rate_limited == 10
+    assert front.sim.core.ledger.total == 50
+    prompt = sum(u.prompt_tokens for _, u in done)
+    completion = sum(u.completion_tokens for _, u in done)
+    assert prompt + completion == front.sim.core.ledger.total_tokens
+    report = await front.server.fw.store.spend(SpendQuery(since=0))
+    (line,) = report.lines
+    assert (line.input_tokens, line.output_tokens, line.calls) == (prompt, completion, 50)
+    assert line.cost == pytest.approx((prompt * 1.0 + completion * 2.0) / 1e6)

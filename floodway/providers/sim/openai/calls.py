@@ -44,10 +44,17 @@ class OpenAISimulator:
         self.config = config
         self.core = SimulatorState(config)
         self._background: set[asyncio.Task[None]] = set()
+        self._storm = 0
+        self._storm_wait_ms = 50
 
     @staticmethod
     def new_id(prefix: str) -> str:
         return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+    def storm(self, calls: int, retry_after_ms: int = 50) -> None:
+        """Answer the next ``calls`` requests 429 (nothing billed), OpenAI's way."""
+        self._storm += calls
+        self._storm_wait_ms = retry_after_ms
 
     async def call(
         self, key: str | None, body: dict[str, Any], tokens: int, answer: Answer
@@ -56,6 +63,10 @@ class OpenAISimulator:
         answered by ``answer`` after the latency (which bills it)."""
         core = self.core
         core.stats.requests += 1
+        if self._storm > 0:
+            self._storm -= 1
+            core.stats.rate_limited += 1
+            return rejection(Rejection(429, "rate_limited", "requests", 1, self._storm_wait_ms))
         fail = _metadata(body).get("fail")
         forced = FORCEABLE.get(fail) if isinstance(fail, str) else None
         decision = core.submit(Submission(body, tokens, key, forced, None), time.monotonic())
