@@ -17,6 +17,8 @@ import openai
 import psycopg
 import pytest
 
+from floodway.providers.sim import SimulatorConfig
+from floodway.providers.sim.openai import create_openai_simulator_app
 from floodway.serving import serve_app
 from harness.fleet import PG_URL, fresh_database
 from harness.openai_fake import FakeOpenAI
@@ -103,3 +105,56 @@ models = ["gpt-4o-mini"]
             f"c{i}" for i in range(20)
         )
         assert fake.throttled == 5 and len(fake.billed) == 21 and fake.peak_in_flight <= 4
+
+
+async def test_streams_and_background_responses_across_an_api_and_a_worker_process(
+    tmp_path: Path,
+) -> None:
+    """The worker reads the provider's stream into the ledger; the API process, which runs no
+    handler, streams it to the client from there (its change feed wakes it)."""
+    try:
+        psycopg.connect(PG_URL, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        pytest.skip(f"PostgreSQL at {PG_URL} is unavailable: {exc}")
+    simulator = create_openai_simulator_app(SimulatorConfig(latency_ms=20, chunk_ms=20))
+    async with AsyncExitStack() as stack:
+        database = await stack.enter_async_context(fresh_database())
+        upstream = await stack.enter_async_context(serve_app(simulator))
+        config = tmp_path / "floodway.toml"
+        config.write_text(f"""
+database = "{database}"
+[api]
+keys = {{ "key-a" = "tenant-a" }}
+[kinds.chat]
+adapter = "openai"
+base_url = "{upstream}/v1"
+models = ["gpt-4o-mini"]
+[kinds.respond]
+adapter = "openai"
+endpoint = "responses"
+base_url = "{upstream}/v1"
+models = ["gpt-4.1-mini"]
+""")
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        await stack.enter_async_context(
+            process("api", "--config", str(config), "--port", str(port), log=tmp_path / "a.log")
+        )
+        await stack.enter_async_context(
+            process("worker", "--config", str(config), log=tmp_path / "w.log")
+        )
+        await until_healthy(url, 30, "floodway api")
+        client = openai.AsyncOpenAI(base_url=f"{url}/openai/v1", api_key="key-a", max_retries=0)
+        stack.push_async_callback(client.close)
+        words = "one two three four five six seven eight"
+        stream = await client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": words}], stream=True
+        )
+        chunks = [c async for c in stream]
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == f"echo: {words}" and len(chunks) > 8  # arrived a chunk at a time
+        queued = await client.responses.create(model="gpt-4.1-mini", input=words, background=True)
+        resumed = await client.responses.retrieve(queued.id, stream=True, starting_after=2)
+        events = [e async for e in resumed]
+        assert events[0].sequence_number == 3 and events[-1].type == "response.completed"
+        assert simulator.state.simulator.core.ledger.total == 2
