@@ -121,12 +121,13 @@ class ChangeHub:
         await stop_task(follower)
 
     async def _follow(self, store: Store) -> None:
+        feed = store.subscribe()
         while True:
             if not self._task_waiters and not self._any and not self._remote:
                 self._someone_waits.clear()
                 await self._someone_waits.wait()
             try:
-                changed = await store.wait_for_change(FOLLOW_IDLE_S)
+                changed = await feed.wait(FOLLOW_IDLE_S)
                 ids = list(self._task_waiters)
                 ended = await store.ended(ids) if ids else set()
             except Exception as exc:  # the ledger is away: look again shortly

@@ -162,6 +162,12 @@ class Leader:
 ChangeListener = Callable[[Sequence[TaskChange]], None]
 
 
+class ChangeReader(Protocol):
+    async def wait(self, timeout: float) -> bool:
+        """True once another process may have written since this reader's last call."""
+        ...
+
+
 @dataclass(frozen=True)
 class StoredFile:
     """A file of the OpenAI-compatible Batch API (its content is read apart)."""
@@ -215,9 +221,12 @@ class Store(Protocol):
         ...
 
     async def wait_for_change(self, timeout: float) -> bool:
-        """Block until another process may have written (or ``timeout``); True on a change
-        since this caller's (this asyncio task's) last call returned: each caller keeps its
-        own place in the feed, so two never take each other's notices."""
+        """Block until another process may have written (or ``timeout``); True on a change."""
+        ...
+
+    def subscribe(self) -> ChangeReader:
+        """A reader of the ledger's changes with a place of its own: it hears every change
+        whoever else reads them (the dispatcher's :meth:`wait_for_change` included)."""
         ...
 
     async def append_stream(

@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import psycopg
 
@@ -39,8 +37,7 @@ class ChangeFeed:
         self._connect = connect
         self._schema = schema
         self._generation = 0  # notices heard so far
-        #: per caller (asyncio task), the generation its last wait() reported
-        self._seen: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = weakref.WeakKeyDictionary()
+        self._seen = 0  # generation the last wait() reported
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._identity = identity  # whose liveness lock this session holds
@@ -57,15 +54,15 @@ class ChangeFeed:
         await self._drop()
 
     async def wait(self, timeout: float) -> bool:
-        """True once a notice arrived since this caller's last call returned (at once if one
-        did). A caller seen for the first time starts from now."""
-        caller = asyncio.current_task()
-        assert caller is not None
-        seen = self._seen.setdefault(caller, self._generation)
-        if self._generation == seen and not await event_set_within(self._changed, timeout):
+        """True once a notice arrived since the last call returned (at once if one did)."""
+        if self._generation == self._seen and not await event_set_within(self._changed, timeout):
             return False
-        self._seen[caller] = self._generation
+        self._seen = self._generation
         return True
+
+    def subscribe(self) -> FeedReader:
+        """A reader of the feed with a place of its own (from now on)."""
+        return FeedReader(self)
 
     def _heard(self) -> None:
         self._generation += 1
@@ -106,6 +103,22 @@ class ChangeFeed:
         if conn is not None:
             with contextlib.suppress(psycopg.Error):
                 await conn.close()
+
+
+class FeedReader:
+    """One reader's place in a :class:`ChangeFeed`: it hears every notice whoever else reads."""
+
+    def __init__(self, feed: ChangeFeed) -> None:
+        self._feed = feed
+        self._seen = feed._generation
+
+    async def wait(self, timeout: float) -> bool:
+        """True once a notice arrived since this reader's last call returned."""
+        feed = self._feed
+        if feed._generation == self._seen and not await event_set_within(feed._changed, timeout):
+            return False
+        self._seen = feed._generation
+        return True
 
 
 async def listen(conn: Conn, identity: str) -> None:

@@ -41,7 +41,7 @@ from floodway.store.drive import drive_async
 from floodway.store.factory import redact
 from floodway.store.group import Write, Written, commit_group
 from floodway.store.ledger import Ledger
-from floodway.store.postgres.listen import ChangeFeed, listen
+from floodway.store.postgres.listen import ChangeFeed, FeedReader, listen
 from floodway.store.postgres.sql import MIGRATIONS, Conn, Q
 from floodway.store.steps import Ask, Query, Step, Tx, count
 
@@ -182,6 +182,11 @@ class PostgresStore(Ledger):
         if self._feed is None:
             raise StoreError("store is not open")
         return await self._feed.wait(timeout)
+
+    def subscribe(self) -> FeedReader:
+        if self._feed is None:
+            raise StoreError("store is not open")
+        return self._feed.subscribe()
 
     # -- the two primitives of the ledger --------------------------------------------------
     async def _fetch(self, query: Query) -> Any:

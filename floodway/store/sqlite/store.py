@@ -21,7 +21,6 @@ import re
 import sqlite3
 import time
 import uuid
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -79,10 +78,7 @@ class SqliteStore(Ledger):
         #: copies the WAL into the database (None: not open, or a memory database)
         self.checkpointer: Checkpointer | None = None
         self._keepalive: sqlite3.Connection | None = None
-        #: per caller (asyncio task) of wait_for_change, the data_version it last saw
-        self._data_version: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._data_version = -1
         self._opened = False
         self._liveness: int | None = None  # the fd whose flock says this process lives
 
@@ -183,23 +179,24 @@ class SqliteStore(Ledger):
 
     async def wait_for_change(self, timeout: float) -> bool:
         """Watch ``PRAGMA data_version`` (a cheap read that changes when another connection
-        commits) every 20 ms, so submits from other processes are seen without hammering.
-        Each caller (asyncio task) keeps the version it last saw."""
+        commits) every 20 ms, so submits from other processes are seen without hammering."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        caller = asyncio.current_task()
-        assert caller is not None
         while True:
             row = await self._fetch(Query("data_version", {}, "one"))
             version = row[0]
-            seen = self._data_version.setdefault(caller, version)
-            if version != seen:
-                self._data_version[caller] = version
+            if self._data_version == -1:
+                self._data_version = version
+            elif version != self._data_version:
+                self._data_version = version
                 return True
             left = deadline - loop.time()
             if left <= 0:
                 return False
             await asyncio.sleep(min(0.02, left))
+
+    def subscribe(self) -> VersionReader:
+        return VersionReader(self)
 
     # -- liveness: a lock file per process, next to the ledger -------------------------------
     def _lock_path(self, identity: str) -> Path | None:
@@ -332,3 +329,30 @@ def _enable_wal(conn: sqlite3.Connection, patience_s: float) -> None:
             if "locked" not in str(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
+
+
+class VersionReader:
+    """One reader's place in the ledger's changes: the ``PRAGMA data_version`` it last saw,
+    read every 20 ms while it waits."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+        self._seen: int | None = None
+
+    async def wait(self, timeout: float) -> bool:
+        """True once another connection committed since this reader's last call returned
+        (its first call only takes its place)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            row = await self._store._fetch(Query("data_version", {}, "one"))
+            version = row[0]
+            if self._seen is None:
+                self._seen = version
+            elif version != self._seen:
+                self._seen = version
+                return True
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(0.02, left))
