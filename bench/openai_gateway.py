@@ -149,8 +149,8 @@ def wrk(url: str, path: str, connections: int, seconds: float, script: Path) -> 
     if run.returncode != 0 or not lines:
         raise SystemExit(f"wrk failed ({run.returncode}):\n{run.stdout}\n{run.stderr}")
     figures: dict[str, Any] = json.loads(lines[-1])
-    if figures["not_200"] or figures["socket_errors"]:
-        raise SystemExit(f"wrk {url}{path}: answers other than 200 or socket errors: {figures}")
+    if figures["not_200"]:
+        raise SystemExit(f"wrk {url}{path}: answers other than 200: {figures}")
     return figures
 
 
@@ -171,6 +171,7 @@ def measure(
             "p99_ms": got["p99_us"] / 1000,
             "server_cpu_ms": round(1000 * cpu / n, 3),
             "requests": n,
+            "socket_errors": got["socket_errors"],  # wrk's: timeouts (2 s) and resets
         }
         print(f"{name:9} {label:4}: {json.dumps(out[label])}", flush=True)
     return out
@@ -249,7 +250,9 @@ async def _litellm(
     config.write_text(LITELLM_CONFIG.format(model=MODEL, provider=provider, key=KEY))
     port = free_port()
     command = [litellm, "--config", str(config), "--port", str(port), "--num_workers", "1"]
-    with process(command, folder / "litellm.log") as pid:
+    # The model price map from its package, not the network: the machine is offline.
+    offline = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    with process(command, folder / "litellm.log", offline) as pid:
         await until_up(f"http://127.0.0.1:{port}/health/liveliness", timeout=120)
         return measure("litellm", f"http://127.0.0.1:{port}", "/v1/chat/completions", pid,
                        seconds, script.with_name("litellm.lua"))  # fmt: skip

@@ -80,6 +80,7 @@ def steps() -> list[Step]:
         Step("C1", "bench.crash"),
         Step("F1/F2, Q6/Q7 on the fleet", "bench.fleet"),
         Step("O1-O3 (the OpenAI-compatible front)", "bench.openai_front"),
+        Step("O4 (the OpenAI front's overhead, from wrk)", "bench.openai_gateway"),
     ]
     return plan
 
