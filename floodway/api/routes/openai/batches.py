@@ -173,7 +173,10 @@ async def cancel_batch(batch_id: str, tenant: Tenant, state: State) -> dict[str,
     if batch.status == "completed":
         raise ApiProblem(409, "batch-ended", f"batch {batch.id} has completed already")
     if await fw.openai_records.cancel_openai_batch(batch.id, tenant, fw.clock.now()):
-        for task in await BatchEnder(fw.runtime).tasks(batch):
+        # Waiting ones first: a running call cancelled frees its slot, which a waiting task
+        # of the batch would otherwise take before its own cancel came.
+        tasks = await BatchEnder(fw.runtime).tasks(batch)
+        for task in sorted(tasks, key=lambda t: t.status is Status.RUNNING):
             if not task.terminal:
                 with contextlib.suppress(IllegalTransition):  # it ended meanwhile
                     await fw.cancel(task.id, tenant=tenant)
