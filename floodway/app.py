@@ -33,6 +33,7 @@ from floodway.providers.registry import aclose_kinds
 from floodway.runtime import AlertHook, Runtime
 from floodway.store.base import (
     BudgetUse,
+    ReadyQuery,
     SpendQuery,
     SpendReport,
     Store,
@@ -277,6 +278,30 @@ class Floodway:
         await self.open()
         return await self.runtime.store.events(task_id, after_seq)
 
+    async def stream_events(
+        self, task_id: str, after: int = 0, limit: int = 1000
+    ) -> list[tuple[int, str]]:
+        """A streamed call's events numbered above ``after``, as they were kept: (seq, data)."""
+        await self.open()
+        return await self.runtime.store.read_stream(task_id, after, limit)
+
+    async def queue_position(self, task_id: str, kind: str, horizon: int = 1000) -> int | None:
+        """Where a ready task stands in its kind's dispatch order (1: next); None when it is
+        not ready (running, ended, waiting on other work) or past ``horizon``."""
+        await self.open()
+        query = ReadyQuery((kind,), self.clock.now(), horizon)
+        ids = [c.task_id for c in await self.runtime.store.ready(query)]
+        return ids.index(task_id) + 1 if task_id in ids else None
+
+    async def forget_result(self, task_id: str, *, tenant: str) -> bool:
+        """Drop an ended task's result and streamed events (an OpenAI response deleted)."""
+        await self.open()
+        return await self.runtime.store.forget_result(task_id, tenant)
+
+    def follow_changes(self) -> None:
+        """Have this process hear other processes' writes for its waiters (the change feed)."""
+        self.runtime.hub.follow(self.runtime.store)
+
     async def batch_counts(self, batch_id: str, *, tenant: str | None = None) -> dict[str, int]:
         """How many of a batch's tasks are in each status (no batch: none)."""
         await self.open()
@@ -306,7 +331,7 @@ class Floodway:
         await self.open()
         runtime = self.runtime
         event = runtime.hub.watch(task_id)
-        runtime.hub.follow(runtime.store)
+        self.follow_changes()
         give_up = None if timeout is None else self.clock.now() + timeout
         try:
             while True:

@@ -32,7 +32,7 @@ from floodway.api.routes.openai.calls import (
 from floodway.api.routes.openai.catalog import served
 from floodway.api.routes.openai.streams import Render, StreamReader, stream_answer
 from floodway.api.state import ApiState, api_state
-from floodway.core.errors import IllegalTransition, WaitTimeout
+from floodway.core.errors import IllegalTransition, TaskNotFound, WaitTimeout
 from floodway.core.states import Status
 from floodway.core.task import Lane, Task
 from floodway.wire.openai import RESPONSE_ENDS, STREAM_OBJECT, task_failure
@@ -123,7 +123,7 @@ async def delete_response(rid: str, tenant: Tenant, state: State) -> dict[str, A
     task = await _task(state, rid, tenant)
     if not task.terminal:
         task = await _cancel(state, task)
-    await state.fw.store.forget_result(task.id, tenant)
+    await state.fw.forget_result(task.id, tenant=tenant)
     return {"id": response_id(task), "object": "response", "deleted": True}
 
 
@@ -159,7 +159,10 @@ async def input_items(rid: str, tenant: Tenant, state: State) -> dict[str, Any]:
 
 async def _task(state: ApiState, rid: str, tenant: str, param: str = "rid") -> Task:
     found = _ID.fullmatch(rid)
-    task = await state.fw.store.get(found.group(1), tenant) if found else None
+    task = None
+    if found:
+        with contextlib.suppress(TaskNotFound):
+            task = await state.fw.get(found.group(1), tenant=tenant)
     kinds = {k for (e, _), k in served(state.settings).items() if e == "responses"}
     gone = task is not None and task.terminal and task.result is None and not task.error
     if task is None or task.kind not in kinds or (gone and task.status is Status.SUCCEEDED):

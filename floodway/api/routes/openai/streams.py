@@ -28,7 +28,6 @@ from floodway.api.state import ApiState
 from floodway.core.errors import IllegalTransition
 from floodway.core.states import Status
 from floodway.core.task import Task
-from floodway.store.base import ReadyQuery
 from floodway.wire.openai import STREAM_OBJECT, openai_error, task_failure
 
 #: events read from the ledger at once
@@ -118,7 +117,7 @@ class StreamReader:
                 await self._cancel_own()
                 return _Ended(self._error(409, "stream-lost", "the stream it joined failed"))
             self.source = source
-        rows = await fw.store.read_stream(self.source, self.sent, READ_AT_ONCE)
+        rows = await fw.stream_events(self.source, self.sent, READ_AT_ONCE)
         if rows:
             self.sent = rows[-1][0]
             return [data for _, data in rows]
@@ -143,7 +142,7 @@ class StreamReader:
         hub = self.state.fw.runtime.hub
         self._unwatch()
         self._events = [hub.watch(self.task.id), hub.watch(self.source), hub.watch_remote()]
-        hub.follow(self.state.fw.store)
+        self.state.fw.follow_changes()
         waits = [asyncio.ensure_future(e.wait()) for e in self._events]
         try:
             done, _ = await asyncio.wait(
@@ -203,10 +202,7 @@ def chat_render(wants_usage: bool) -> Render:
 
 async def queue_position(state: ApiState, task: Task, source: str) -> int | None:
     """Where the work stands in its kind's queue (1: next), None once it runs."""
-    fw = state.fw
-    ready = await fw.store.ready(ReadyQuery((task.kind,), fw.clock.now(), POSITION_HORIZON))
-    ids = [c.task_id for c in ready]
-    return ids.index(source) + 1 if source in ids else None
+    return await state.fw.queue_position(source, task.kind, POSITION_HORIZON)
 
 
 async def stream_call(state: ApiState, task: Task, body: dict[str, Any]) -> StreamingResponse:
