@@ -121,6 +121,7 @@ class SpendLine:
     images: float
     calls: int  # billed calls
     deduped: int  # tasks that took another's result instead of a call
+    over_estimate: float  # what calls billed above the holds their tasks were admitted at
 
 
 @dataclass(frozen=True)

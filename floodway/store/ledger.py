@@ -184,6 +184,7 @@ class Ledger(LedgerOpenAIRecords, ABC):
                 float(r["images"]),
                 int(r["calls"]),
                 int(r["deduped"]),
+                float(r["over_estimate"]),
             )
             for r in await self._all("spend_totals", **params)
         )

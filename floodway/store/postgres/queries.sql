@@ -542,8 +542,10 @@ SELECT (SELECT COALESCE(sum(cost), 0) FROM spend WHERE tenant = %(tenant)s AND a
           AND status IN ('queued', 'running', 'retrying')) AS held;
 
 -- name: insert_spend
-INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images)
-SELECT t.id, t.tenant, t.kind, %(at)s, g.cost, g.input_tokens, g.output_tokens, g.images
+INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images,
+                   over_estimate)
+SELECT t.id, t.tenant, t.kind, %(at)s, g.cost, g.input_tokens, g.output_tokens, g.images,
+       greatest(0, g.cost - t.spend_hold)
 FROM json_to_recordset(%(rows)s::json) AS g(
         task_id text, cost double precision, input_tokens double precision,
         output_tokens double precision, images double precision)
@@ -551,8 +553,8 @@ JOIN tasks t ON t.id = g.task_id;
 
 -- A deduped task saved what its source's work cost.
 -- name: insert_saved
-INSERT INTO spend (task_id, tenant, kind, at, saved)
-SELECT t.id, t.tenant, t.kind, %(at)s,
+INSERT INTO spend (task_id, tenant, kind, at, deduped, saved)
+SELECT t.id, t.tenant, t.kind, %(at)s, true,
        (SELECT COALESCE(sum(s.cost), 0) FROM spend s WHERE s.task_id = g.source)
 FROM json_to_recordset(%(rows)s::json) AS g(task_id text, source text)
 JOIN tasks t ON t.id = g.task_id;
@@ -560,8 +562,8 @@ JOIN tasks t ON t.id = g.task_id;
 -- name: spend_totals
 SELECT tenant, kind, sum(cost) AS cost, sum(saved) AS saved,
        sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
-       sum(images) AS images, count(*) FILTER (WHERE saved = 0) AS calls,
-       count(*) FILTER (WHERE saved <> 0) AS deduped
+       sum(images) AS images, sum(over_estimate) AS over_estimate,
+       count(*) FILTER (WHERE NOT deduped) AS calls, count(*) FILTER (WHERE deduped) AS deduped
 FROM spend
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text) AND at >= %(since)s
