@@ -316,6 +316,7 @@ def record_spend(charges: Sequence[tuple[str, Charge | None]], now: float) -> Ru
     ]
     if rows:
         yield from count("insert_spend", rows=rows, at=now)
+        yield from count("note_over_estimate", rows=rows)
 
 
 def record_saved(pairs: Sequence[tuple[str, str]], now: float) -> Rule[None]:

@@ -114,6 +114,8 @@ async def test_what_a_call_bills_above_its_hold_is_recorded(store: Store) -> Non
         await store.complete([done], NOW + 1)
     (line,) = (await store.spend(SpendQuery(since=0.0))).lines
     assert line.over_estimate == pytest.approx(0.3)
+    over = [(await store.get(t.id)) for t in held]
+    assert [t.over_estimate for t in over if t is not None] == [pytest.approx(0.3), 0.0]
 
 
 async def test_spend_is_filtered_by_tenant_kind_and_time(store: Store) -> None:

@@ -551,6 +551,11 @@ FROM json_to_recordset(%(rows)s::json) AS g(
         output_tokens double precision, images double precision)
 JOIN tasks t ON t.id = g.task_id;
 
+-- name: note_over_estimate
+UPDATE tasks SET over_estimate = tasks.over_estimate + (g.cost - tasks.spend_hold)
+FROM json_to_recordset(%(rows)s::json) AS g(task_id text, cost double precision)
+WHERE tasks.id = g.task_id AND g.cost > tasks.spend_hold;
+
 -- A deduped task saved what its source's work cost.
 -- name: insert_saved
 INSERT INTO spend (task_id, tenant, kind, at, deduped, saved)

@@ -390,6 +390,14 @@ SELECT t.id, t.tenant, t.kind, :at, json_extract(g.value, '$.cost'),
        json_extract(g.value, '$.images'), max(0, json_extract(g.value, '$.cost') - t.spend_hold)
 FROM json_each(:rows) AS g JOIN tasks t ON t.id = json_extract(g.value, '$.task_id');
 
+-- name: note_over_estimate
+UPDATE tasks SET over_estimate = over_estimate + (
+    SELECT sum(max(0, json_extract(g.value, '$.cost') - tasks.spend_hold))
+    FROM json_each(:rows) AS g WHERE json_extract(g.value, '$.task_id') = tasks.id)
+WHERE id IN (SELECT json_extract(g.value, '$.task_id') FROM json_each(:rows) AS g)
+  AND spend_hold < (SELECT max(json_extract(g.value, '$.cost')) FROM json_each(:rows) AS g
+                    WHERE json_extract(g.value, '$.task_id') = tasks.id);
+
 -- A deduped task saved what its source's work cost.
 -- name: insert_saved
 INSERT INTO spend (task_id, tenant, kind, at, deduped, saved)
