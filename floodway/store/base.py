@@ -413,6 +413,12 @@ class Store(Protocol):
         """Take the lead of ``name`` from ``dead`` (known dead), if it still holds it."""
         ...
 
+    async def probe_write(self, now: float) -> None:
+        """A write the ledger must take (this process's own lease row, renewed): raises
+        :class:`~floodway.core.errors.StoreError` while it takes none (a full disk, a
+        read-only database), which a read alone does not show."""
+        ...
+
     # -- liveness: a process's death is seen at once, not after its leases expire ----------
     async def dead(self, identities: Sequence[str]) -> set[str]:
         """Those of ``identities`` whose process is certainly dead (its liveness lock is free).

@@ -54,6 +54,8 @@ from floodway.store.rows import (
 from floodway.store.steps import Query, Row, Rule, all_rows, count, one
 
 T = TypeVar("T")
+#: how long the row of :meth:`Ledger.probe_write` outlives its last write
+PROBE_TTL_S = 300.0
 
 
 class Ledger(LedgerOpenAIRecords, ABC):
@@ -319,6 +321,10 @@ class Ledger(LedgerOpenAIRecords, ABC):
     async def try_lead(self, name: str, owner: str, now: float, ttl_s: float) -> bool:
         params = {"name": name, "owner": owner, "now": now, "expires_at": now + ttl_s}
         return await self._write(lambda _: one("try_lead", **params)) is not None
+
+    async def probe_write(self, now: float) -> None:
+        # Owned as ``identity:role`` like the leader leases, so it goes with the process.
+        await self.try_lead(f"probe:{self.identity}", f"{self.identity}:probe", now, PROBE_TTL_S)
 
     async def leader(self, name: str) -> Leader | None:
         row = await self._one("leader", name=name)
