@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from floodway.core.outcome import Applied, Completion, Succeeded
+from floodway.core.outcome import Applied, Completion, Effect, Succeeded
 from floodway.core.spend import Budget, Charge
 from floodway.core.states import Status
 from floodway.core.task import Candidate, Lane, NewTask, Submitted, Task
@@ -122,6 +122,17 @@ class SpendLine:
     calls: int  # billed calls
     deduped: int  # tasks that took another's result instead of a call
     over_estimate: float  # what calls billed above the holds their tasks were admitted at
+
+
+@dataclass(frozen=True)
+class DueEffect:
+    """An effect of a completion waiting in the outbox: ``seq`` names it to
+    :meth:`Store.effect_done` and :meth:`Store.effect_retry`."""
+
+    seq: int
+    effect: Effect
+    attempts: int  # deliveries tried before
+    task: Task  # as it is now
 
 
 @dataclass(frozen=True)
@@ -335,6 +346,18 @@ class Store(Protocol):
 
     async def callback_result(self, task_id: str, state: str, next_at: float | None) -> None:
         """state: 'delivered', 'failed' (gave up) or 'pending' (try again at ``next_at``)."""
+        ...
+
+    async def due_effects(self, now: float, limit: int) -> list[DueEffect]:
+        """Completions' effects due now (written by the completion, in its transaction)."""
+        ...
+
+    async def effect_done(self, seq: int) -> None:
+        """Delivered (or given up): out of the outbox."""
+        ...
+
+    async def effect_retry(self, seq: int, due_at: float) -> None:
+        """Not delivered: try again at ``due_at`` (one more attempt counted)."""
         ...
 
     # -- requests from people ---------------------------------------------------------------

@@ -27,6 +27,7 @@ from floodway.store.base import (
     BudgetUse,
     ChangeListener,
     ClaimParams,
+    DueEffect,
     HeartbeatResult,
     Leader,
     Purged,
@@ -261,6 +262,19 @@ class Ledger(LedgerOpenAIRecords, ABC):
     async def callback_result(self, task_id: str, state: str, next_at: float | None) -> None:
         params = {"id": task_id, "state": state, "next_at": next_at}
         await self._write(lambda _: count("callback_result", **params))
+
+    async def due_effects(self, now: float, limit: int) -> list[DueEffect]:
+        rows = await self._all("due_effects", now=now, limit=limit)
+        return [
+            DueEffect(r["effect_seq"], r["effect"], r["effect_attempts"], task_from_row(r))
+            for r in rows
+        ]
+
+    async def effect_done(self, seq: int) -> None:
+        await self._write(lambda _: count("effect_done", seq=seq))
+
+    async def effect_retry(self, seq: int, due_at: float) -> None:
+        await self._write(lambda _: count("effect_retry", seq=seq, due_at=due_at))
 
     # -- requests from people ------------------------------------------------------------
     async def request_cancel(self, task_id: str, tenant: str | None, now: float) -> Task:

@@ -326,6 +326,13 @@ def record_saved(pairs: Sequence[tuple[str, str]], now: float) -> Rule[None]:
         yield from count("insert_saved", rows=rows, at=now)
 
 
+def record_effects(landed: Sequence[Completion], now: float) -> Rule[None]:
+    """The effects of the completions that landed, in the outbox, in their transaction."""
+    rows = [{"task_id": i.task_id, "effect": effect} for i in landed for effect in i.effects]
+    if rows:
+        yield from count("insert_effects", rows=rows, now=now)
+
+
 # -- the work rule --------------------------------------------------------------------------
 
 
@@ -454,6 +461,7 @@ def complete(
     moved = {r["id"]: r for r in (yield from complete_many(given, now))}
     # Before the work is released: a deduped waiter's saving is the cost written here.
     yield from record_spend([(i.task_id, i.charge) for i in items if i.task_id in moved], now)
+    yield from record_effects([i for i in items if i.task_id in moved], now)
     missed = [i for i in items if i.task_id not in moved]
     found: dict[str, Row] = {}
     if missed:
@@ -487,6 +495,7 @@ def complete_one(item: Completion, now: float, changes: list[TaskChange]) -> Rul
     yield from event(item.task_id, item.to, now, row["attempts"], _detail(item))
     changes.append(TaskChange(item.task_id, item.to, row["tenant"]))
     yield from record_spend([(item.task_id, item.charge)], now)
+    yield from record_effects([item], now)
     freed: tuple[str, ...] = ()
     if item.closes_attempt:
         freed = yield from release_work(

@@ -100,6 +100,8 @@ class Worker:
         #: outcomes the ledger did not take, held and tried again (they count as running)
         self._unwritten = 0
         self._stopping = asyncio.Event()
+        #: stopped past the grace period: outcomes the ledger does not take are let go
+        self._torn_down = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._confirming: set[asyncio.Task[None]] = set()
@@ -140,12 +142,14 @@ class Worker:
             loop.cancel()
         grace = self.options.grace_s if grace_s is None else grace_s
         jobs = [r.job for r in self.running.values() if r.job is not None]
+        pending: set[asyncio.Task[None]] = set()
         if jobs:
             _, pending = await asyncio.wait(jobs, timeout=grace)
-            for job in pending:
-                job.cancel()
-            if pending:
-                await asyncio.wait(pending)
+        self._torn_down.set()
+        for job in pending:
+            job.cancel()
+        if pending:
+            await asyncio.wait(pending)
         if self._confirming:
             await asyncio.wait(self._confirming)
         for loop in self._loops:
@@ -411,7 +415,6 @@ class Worker:
                     item.to.value,
                     applied.status,
                 )
-            await runtime.after_completion(run.task, item, applied)
             self.completed += 1
         finally:
             self.running.pop(run.task.id, None)
@@ -424,7 +427,8 @@ class Worker:
         read-only database, an outage) the task holds its worker slot (no claim for work
         whose outcome could not be written either) and its lease (the heartbeat renews it as
         soon as writes land again, before the sweeper could take it); the write is tried
-        again with backoff. Logged once per outage, not once per outcome."""
+        again with backoff until it lands or the worker is stopped past its grace. Logged
+        once per outage, not once per outcome."""
         pause = OUTCOME_RETRY_FIRST_S
         held = False
         try:
@@ -432,13 +436,15 @@ class Worker:
                 try:
                     return await self.completer.write(item)
                 except Unavailable as exc:
+                    if self._torn_down.is_set():
+                        raise  # stopped past its grace: recovery decides, as after a crash
                     if not held:
                         held = True
                         self._writing -= 1
                         self._unwritten += 1
                         if self._unwritten == 1:
                             log.warning("the ledger takes no outcome, holding them: %s", exc)
-                await self.runtime.clock.sleep(pause)
+                await wait_event(self.runtime.clock, self._torn_down, pause)
                 pause = min(2 * pause, OUTCOME_RETRY_LONGEST_S)
         finally:
             if held:

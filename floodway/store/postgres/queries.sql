@@ -455,6 +455,23 @@ UPDATE tasks SET callback_state = %(state)s, callback_attempts = callback_attemp
     callback_next_at = %(next_at)s::double precision
 WHERE id = %(id)s AND callback_state = 'pending';
 
+-- A completion's effects, in its transaction (migration 011).
+-- name: insert_effects
+INSERT INTO effects (task_id, effect, due_at)
+SELECT g.task_id, g.effect, %(now)s
+FROM json_to_recordset(%(rows)s::json) AS g(task_id text, effect text);
+
+-- name: due_effects
+SELECT e.seq AS effect_seq, e.effect, e.attempts AS effect_attempts, t.*
+FROM effects e JOIN tasks t ON t.id = e.task_id
+WHERE e.due_at <= %(now)s ORDER BY e.due_at LIMIT %(limit)s;
+
+-- name: effect_done
+DELETE FROM effects WHERE seq = %(seq)s;
+
+-- name: effect_retry
+UPDATE effects SET attempts = attempts + 1, due_at = %(due_at)s WHERE seq = %(seq)s;
+
 -- -- recovery and maintenance -----------------------------------------------------------------
 
 -- name: open_attempts

@@ -298,6 +298,23 @@ UPDATE tasks SET callback_state = :state, callback_attempts = callback_attempts 
     callback_next_at = :next_at
 WHERE id = :id AND callback_state = 'pending';
 
+-- A completion's effects, in its transaction (migration 011).
+-- name: insert_effects
+INSERT INTO effects (task_id, effect, due_at)
+SELECT json_extract(value, '$.task_id'), json_extract(value, '$.effect'), :now
+FROM json_each(:rows);
+
+-- name: due_effects
+SELECT e.seq AS effect_seq, e.effect, e.attempts AS effect_attempts, t.*
+FROM effects e JOIN tasks t ON t.id = e.task_id
+WHERE e.due_at <= :now ORDER BY e.due_at LIMIT :limit;
+
+-- name: effect_done
+DELETE FROM effects WHERE seq = :seq;
+
+-- name: effect_retry
+UPDATE effects SET attempts = attempts + 1, due_at = :due_at WHERE seq = :seq;
+
 -- -- recovery and maintenance -----------------------------------------------------------------
 
 -- name: open_attempts
