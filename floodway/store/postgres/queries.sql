@@ -685,3 +685,7 @@ WHERE id = %(id)s AND tenant = %(tenant)s AND finished_at IS NOT NULL;
 
 -- name: forget_stream
 DELETE FROM stream_events WHERE task_id = %(id)s;
+
+-- The server's clock as it is now (not the transaction's start), for LedgerClock.
+-- name: server_time
+SELECT extract(epoch FROM clock_timestamp())::float8 AS now;

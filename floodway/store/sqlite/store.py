@@ -198,6 +198,9 @@ class SqliteStore(Ledger):
     def subscribe(self) -> VersionReader:
         return VersionReader(self)
 
+    async def server_time(self) -> float | None:
+        return None  # the file is on this host: its clock is ours
+
     # -- liveness: a lock file per process, next to the ledger -------------------------------
     def _lock_path(self, identity: str) -> Path | None:
         if self._uri:
