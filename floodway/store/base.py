@@ -224,6 +224,11 @@ class Store(Protocol):
         """Block until another process may have written (or ``timeout``); True on a change."""
         ...
 
+    async def server_time(self) -> float | None:
+        """The ledger server's clock, which the processes sharing the ledger keep to
+        (:class:`floodway.clock.LedgerClock`); None: the ledger is on this host."""
+        ...
+
     def subscribe(self) -> ChangeReader:
         """A reader of the ledger's changes with a place of its own: it hears every change
         whoever else reads them (the dispatcher's :meth:`wait_for_change` included)."""

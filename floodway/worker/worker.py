@@ -216,6 +216,9 @@ class Worker:
         return min(concurrency - running, 2 * concurrency - len(self.running))
 
     async def _idle_wait(self) -> None:
+        """Free slots and nothing claimable: wait for work (a submit or a change anywhere,
+        a provider slot given back, a retry due). A slot of this worker freed meanwhile is
+        no reason to look again: there were free ones already."""
         runtime = self.runtime
         timeout = self.options.idle_poll_s
         now = runtime.clock.now()
@@ -230,13 +233,11 @@ class Worker:
             wait_event(runtime.clock, runtime.hub.work_available, timeout)
         )
         remote = asyncio.ensure_future(runtime.store.wait_for_change(timeout))
-        freed = asyncio.ensure_future(self._slot_freed.wait())
         try:
-            await asyncio.wait({local, remote, freed}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({local, remote}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for f in (local, remote, freed):
+            for f in (local, remote):
                 f.cancel()
-            self._slot_freed.clear()
 
     async def _claim(self, limit: int) -> int:
         runtime = self.runtime
@@ -375,11 +376,12 @@ class Worker:
         runtime = self.runtime
         try:
             await runtime.admission.settle(run.permit, settlement, runtime.clock.now())
-            # The provider slot is free now: let the dispatcher admit the next task while the
+            # The provider slot is free now: let the dispatchers admit the next task while the
             # outcome is still being written, rather than after (and without first counting
-            # slots: this one was just given back).
+            # slots: this one was just given back). Without limits a slot frees nothing.
             self._blocked_until = None
-            runtime.hub.work_available.set()
+            if runtime.admission.limited:
+                runtime.hub.work_available.set()
             if run.fenced:
                 log.warning("task %s: lease lost, result dropped", run.task.id)
                 return

@@ -97,6 +97,17 @@ def fail(msg: str = "boom") -> ErrorInfo:
 # -- submit and the request key -----------------------------------------------------------
 
 
+async def test_a_server_tells_its_time_and_a_file_on_this_host_does_not(
+    store: Store, backend: Backend
+) -> None:
+    before = time.time()
+    told = await store.server_time()
+    if backend.name == "sqlite":
+        assert told is None
+    else:  # the test server runs on this host: its clock is ours
+        assert told is not None and before - 1 <= told <= time.time() + 1
+
+
 async def test_submit_writes_queued_tasks_with_unique_ids_and_an_event(store: Store) -> None:
     subs = await store.submit([task(n=i) for i in range(3)], NOW)
     ids = [s.task.id for s in subs]

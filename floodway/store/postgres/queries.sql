@@ -230,6 +230,7 @@ WHERE tasks.waits_for = %(waits_for)s AND tasks.status = 'queued';
 -- Up to the limit of ready tasks of EACH tenant with work, so admission control can take turns.
 -- The recursive part is a skip-scan over tasks_ready_tenant (one index probe per tenant);
 -- the lateral part reads each tenant's queue in dispatch order along the same index.
+-- lane_rank, not lane: the lane a task is dispatched in may be one a waiter lent it.
 WITH RECURSIVE tenants(name) AS (
     SELECT min(tenant) FROM tasks
     WHERE status IN ('queued', 'retrying') AND waits_for IS NULL
@@ -239,7 +240,8 @@ WITH RECURSIVE tenants(name) AS (
               AND tenant > tenants.name)
     FROM tenants WHERE tenants.name IS NOT NULL
 )
-SELECT t.id, t.kind, t.tenant, t.lane, t.cost_estimated, t.seq, t.created_at, t.deadline_at
+SELECT t.id, t.kind, t.tenant, t.lane_rank, t.cost_estimated, t.seq, t.created_at,
+       t.deadline_at
 FROM tenants CROSS JOIN LATERAL (
     SELECT y.* FROM tasks y
     WHERE y.tenant = tenants.name AND y.status IN ('queued', 'retrying')
@@ -683,3 +685,7 @@ WHERE id = %(id)s AND tenant = %(tenant)s AND finished_at IS NOT NULL;
 
 -- name: forget_stream
 DELETE FROM stream_events WHERE task_id = %(id)s;
+
+-- The server's clock as it is now (not the transaction's start), for LedgerClock.
+-- name: server_time
+SELECT extract(epoch FROM clock_timestamp())::float8 AS now;

@@ -144,6 +144,7 @@ WHERE waits_for = :waits_for AND +status = 'queued';
 
 -- name: ready
 -- Up to :limit ready tasks of EACH tenant with work, so admission control can take turns.
+-- lane_rank, not lane: the lane a task is dispatched in may be one a waiter lent it.
 WITH RECURSIVE tenants(name) AS (
     SELECT min(tenant) FROM tasks INDEXED BY tasks_ready_tenant
     WHERE status IN ('queued', 'retrying') AND waits_for IS NULL
@@ -153,7 +154,8 @@ WITH RECURSIVE tenants(name) AS (
               AND tenant > tenants.name)
     FROM tenants WHERE tenants.name IS NOT NULL
 )
-SELECT t.id, t.kind, t.tenant, t.lane, t.cost_estimated, t.seq, t.created_at, t.deadline_at
+SELECT t.id, t.kind, t.tenant, t.lane_rank, t.cost_estimated, t.seq, t.created_at,
+       t.deadline_at
 FROM tenants JOIN tasks t ON t.seq IN (
     SELECT y.seq FROM tasks y INDEXED BY tasks_ready_tenant
     WHERE y.tenant = tenants.name AND y.status IN ('queued', 'retrying')
