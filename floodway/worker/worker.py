@@ -317,6 +317,7 @@ class Worker:
                 await self._hand_back(run)
                 return
             try:
+                run.permit = await runtime.admission.sending(run.permit)
                 try:
                     outcome = await execute(spec, run.ctx, runtime.policy, runtime.clock)
                 except asyncio.CancelledError:
