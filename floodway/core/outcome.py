@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from floodway.core.spend import Charge
 from floodway.core.states import Status
-from floodway.core.task import JSON, ErrorInfo, Task
+from floodway.core.task import JSON, ErrorInfo
 
 
 @dataclass(frozen=True)
@@ -83,34 +83,6 @@ class Completion:
     @property
     def closes_attempt(self) -> bool:
         return not self.keep_attempt and self.orphan_until is None
-
-
-def from_running(
-    task: Task,
-    to: Status,
-    *,
-    result: JSON = None,
-    error: ErrorInfo | None = None,
-    next_attempt_at: float | None = None,
-    refund_attempt: bool = False,
-    invalid_output: bool = False,
-    cost_actual: float | None = None,
-    orphan_until: float | None = None,
-) -> Completion:
-    """The compare-and-set that moves a running ``task``, held by its lease, to ``to``."""
-    return Completion(
-        task.id,
-        to,
-        Status.RUNNING,
-        task.lease_token,
-        result=result,
-        error=error,
-        next_attempt_at=next_attempt_at,
-        refund_attempt=refund_attempt,
-        invalid_output=invalid_output,
-        cost_actual=cost_actual,
-        orphan_until=orphan_until,
-    )
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from enum import Enum
 from functools import cached_property
 from typing import Any
 
+from floodway.core.changes import ended_for_waiters
 from floodway.core.errors import (
     AdmissionRefused,
     AttemptStillOpen,
@@ -756,14 +757,7 @@ def cancel(task_id: str, tenant: str | None, now: float, changes: list[TaskChang
             yield from count("request_cancel_running", id=task_id, now=now)
             return (yield from load(task_id))
         # Others wait for this work: this task ends now, its call goes on for them.
-        item = Completion(
-            task_id,
-            Status.CANCELLED,
-            Status.RUNNING,
-            task.lease_token,
-            error=error,
-            keep_attempt=True,
-        )
+        item = ended_for_waiters(task, Status.CANCELLED, error)
         if not (yield from complete_one(item, now, changes)).applied:
             raise IllegalTransition(task.status, Status.CANCELLED, "the task changed meanwhile")
         return (yield from load(task_id))

@@ -25,10 +25,10 @@ from typing import Any
 from floodway.clock import wait_event
 from floodway.config import WorkerConfig
 from floodway.context import Context
+from floodway.core import changes
 from floodway.core.errors import Unavailable
 from floodway.core.outcome import Completion, Failed, Parked
 from floodway.core.owners import owner_name
-from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task, new_token
 from floodway.kinds import UNBOUNDED_CALL_S
 from floodway.limits.base import Permit, Settlement
@@ -388,15 +388,7 @@ class Worker:
 
     async def _hand_back(self, run: _Running) -> None:
         """Back to the queue, no attempt spent: never started, or torn down by stop()."""
-        item = Completion(
-            run.task.id,
-            Status.RETRYING,
-            Status.RUNNING,
-            run.task.lease_token,
-            error=None,
-            next_attempt_at=self.runtime.clock.now(),
-            refund_attempt=True,
-        )
+        item = changes.handed_back(run.task, self.runtime.clock.now())
         self._writing += 1
         await asyncio.shield(self._finish(run, item, Settlement()))
 
