@@ -29,6 +29,7 @@ from floodway.core import changes
 from floodway.core.errors import Unavailable
 from floodway.core.outcome import Completion, Failed, Parked
 from floodway.core.owners import owner_name
+from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task, new_token
 from floodway.kinds import UNBOUNDED_CALL_S
 from floodway.limits.base import Permit, Settlement
