@@ -29,6 +29,7 @@ from floodway.core import changes
 from floodway.core.errors import Unavailable
 from floodway.core.outcome import Completion, Failed, Parked
 from floodway.core.owners import owner_name
+from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task, new_token
 from floodway.kinds import UNBOUNDED_CALL_S
 from floodway.limits.base import Permit, Settlement
@@ -101,6 +102,8 @@ class Worker:
         #: the last pass admitted nothing: until then, look at the slot counts before listing
         #: again (None: not blocked)
         self._blocked_until: float | None = None
+        #: the last claim took every ready task: nothing waits for a slot
+        self._nothing_waits = False
         self.completed = 0
         self.completer = Completer(runtime.store, runtime.clock)
         #: retries this worker scheduled (a heap of due times): the idle wait ends at the
@@ -254,12 +257,15 @@ class Worker:
             blocked = self._blocked_until is not None and now < self._blocked_until
             if blocked and await runtime.admission.saturated(kinds):
                 return 0
-            ready = await runtime.store.ready(ReadyQuery(kinds, now, max(limit, 16)))
+            listed = max(limit, 16)
+            ready = await runtime.store.ready(ReadyQuery(kinds, now, listed))
             if not ready:
                 self._blocked_until = None
+                self._nothing_waits = True
                 return 0
             admitted = await runtime.admission.admit(ready, now, limit=limit)
             permits = {p.task_id: p for p in admitted}
+            self._nothing_waits = len(ready) < listed and len(permits) == len(ready)
             if not permits:
                 self._blocked_until = now + self.options.idle_poll_s
                 return 0
@@ -281,6 +287,8 @@ class Worker:
             for permit in permits.values():
                 await runtime.admission.release(permit, now)
             raise
+        if not runtime.admission.limited:
+            self._nothing_waits = len(tasks) < limit
         got = {t.id for t in tasks}
         for task_id, permit in permits.items():
             if task_id not in got:
@@ -318,6 +326,7 @@ class Worker:
                 await self._hand_back(run)
                 return
             try:
+                run.permit = await runtime.admission.sending(run.permit)
                 try:
                     outcome = await execute(spec, run.ctx, runtime.policy, runtime.clock)
                 except asyncio.CancelledError:
@@ -338,8 +347,11 @@ class Worker:
             message = f"the handler parked on {outcome.ref}, but kind {spec.name!r} has no poll"
             outcome = Failed(ErrorInfo(ErrorClass.FATAL, "not_pollable", message))
         runtime.upstream_counts.record(outcome)
-        item = runtime.decide(run.task, outcome, runtime.clock.now(), run.ctx.billed)
+        now = runtime.clock.now()
+        item = runtime.decide(run.task, outcome, now, run.ctx.billed)
         failed = outcome if isinstance(outcome, Failed) else None
+        if failed is not None and self._retry_now(run.task, item, failed):
+            item = dataclasses.replace(item, next_attempt_at=now)
         in_progress = failed is not None and failed.in_progress
         settlement = Settlement(
             actual_cost=run.ctx.usage,
@@ -350,6 +362,22 @@ class Worker:
             reason=f"{failed.error.type}: {failed.error.message}" if failed is not None else "",
         )
         await asyncio.shield(self._finish(run, item, settlement))
+
+    def _retry_now(self, task: Task, item: Completion, failed: Failed) -> bool:
+        """A task's first failure, retried while nothing else waits for a slot: its backoff
+        would only leave the provider's free room idle (the last wave of a batch waiting on
+        one 5xx), so it goes again at once, through admission like any other. A throttle or a
+        Retry-After keeps its wait, and later retries back off: an outage still spreads
+        them."""
+        return (
+            self._nothing_waits
+            and item.to is Status.RETRYING
+            and item.next_attempt_at is not None
+            and task.attempts == 1
+            and not failed.throttled
+            and not failed.in_progress
+            and failed.retry_after is None
+        )
 
     async def _take_slot(self) -> bool:
         """A slot for the handler (claims are for free slots: one is there); False when the
