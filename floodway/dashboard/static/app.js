@@ -709,7 +709,11 @@ async function follow(id, signal) {
           news = true;
           appendEvent(data);
           badge($("task-status"), data.status);
-          if (TERMINAL.has(data.status)) ended = data.status;
+          // The stream's last event carries the task as it ended: its result, no second read.
+          if (data.task) {
+            ended = data.status;
+            renderTask(data.task);
+          }
         },
       });
     } catch (error) {
@@ -727,11 +731,6 @@ async function follow(id, signal) {
     if (signal.aborted) return;
     if (ended) {
       state.textContent = `· ended (${ended})`;
-      try {
-        renderTask(await getJson(`v1/tasks/${encodeURIComponent(id)}`, { signal }));
-      } catch {
-        /* the history is shown; the refreshed fields are a nicety */
-      }
       return;
     }
     quiet = news ? 0 : quiet + 1;
