@@ -125,6 +125,12 @@ class SpendTotalOut(BaseModel):
     by_kind: dict[str, dict[str, float]] = Field(default_factory=dict)
 
 
+class CapOut(BaseModel):
+    limit: float
+    use: float | None = Field(None, description="the tenant's use, where the ledger knows it")
+    unit: str
+
+
 class StatsOut(BaseModel):
     tenant: str | None = Field(
         None,
@@ -145,10 +151,20 @@ class StatsOut(BaseModel):
         default_factory=dict,
         description="per resource: `limits` (each dimension's limit in force: value, source "
         "configured | header | learned, and the configured, published and learned figures; "
-        "rates per minute), `in_flight`, `sending_per_min`, `paused_for`, 429s split into "
-        "`throttles_limit` and `throttles_noise`, `pauses`, and `held_back_by`: what held "
-        "candidates back in the last admission pass (concurrency, requests, tokens, pause, "
-        "tenant cap)",
+        "rates per minute), `concurrency` (the in-flight limit in force, 0 = none), "
+        "`in_flight`, `paused_for`, and `held_back_by`: what held candidates back in the last "
+        "admission pass (concurrency, requests, tokens, pause, tenant cap, recovering). An "
+        "operator's view: every resource, `in_flight` and `held_back_by` over every tenant "
+        "(`held_back_by_tenant` split by tenant), `sending_per_min`, 429s split into "
+        "`throttles_limit` and `throttles_noise`, `pauses`, the buckets. A tenant's view: "
+        "the resources its kinds use (`kinds`), `in_flight` and `held_back_by` of its own "
+        "tasks only, nothing summed over other tenants'",
+    )
+    caps: dict[str, CapOut] = Field(
+        default_factory=dict,
+        description="a tenant's view: its caps that are set (`concurrency`: its tasks in "
+        "flight; `interactive_depth`; `submit_rate`, per second), each with `limit` and, "
+        "where known, its `use`; the budget is at /v1/spend",
     )
     upstream: dict[str, float] = Field(
         default_factory=dict,
