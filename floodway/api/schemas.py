@@ -112,6 +112,14 @@ class BatchStatus(BaseModel):
     done: bool
 
 
+class BatchSummary(BatchStatus):
+    created_at: datetime | None = Field(description="when its first task was submitted")
+
+
+class BatchList(BaseModel):
+    items: list[BatchSummary] = Field(description="newest first")
+
+
 class TimingOut(BaseModel):
     count: int
     mean_s: float | None

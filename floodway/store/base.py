@@ -100,6 +100,13 @@ class StoreStats:
 
 
 @dataclass(frozen=True)
+class BatchCounts:
+    batch_id: str
+    created_at: float  # its first task's
+    counts: dict[str, int]  # tasks per status
+
+
+@dataclass(frozen=True)
 class SpendQuery:
     """The spend ledger since ``since``: one tenant's (None: everyone's), one kind's (None:
     all), summed per tenant and kind, and per ``bucket_s`` of time (None: no series)."""
@@ -271,6 +278,10 @@ class Store(Protocol):
 
     async def batch_counts(self, batch_id: str, tenant: str | None) -> dict[str, int]:
         """Tasks of a batch per status (empty: no such batch for this tenant)."""
+        ...
+
+    async def batches(self, tenant: str, limit: int) -> list[BatchCounts]:
+        """The tenant's ``limit`` newest batches (by their newest task), newest first."""
         ...
 
     async def spend(self, query: SpendQuery) -> SpendReport:

@@ -23,6 +23,7 @@ from floodway.core.states import TERMINAL, Status, check_transition
 from floodway.core.task import Candidate, NewTask, Submitted, Task
 from floodway.store import rules
 from floodway.store.base import (
+    BatchCounts,
     BatchKey,
     BudgetUse,
     ChangeListener,
@@ -170,6 +171,15 @@ class Ledger(LedgerOpenAIRecords, ABC):
     async def batch_counts(self, batch_id: str, tenant: str | None) -> dict[str, int]:
         rows = await self._all("batch_counts", batch_id=batch_id, tenant=tenant)
         return {r["status"]: r["count"] for r in rows}
+
+    async def batches(self, tenant: str, limit: int) -> list[BatchCounts]:
+        found: dict[str, BatchCounts] = {}
+        for r in await self._all("list_batches", tenant=tenant, limit=limit):
+            batch = found.setdefault(
+                r["batch_id"], BatchCounts(r["batch_id"], float(r["created_at"]), {})
+            )
+            batch.counts[r["status"]] = int(r["count"])
+        return list(found.values())
 
     async def spend(self, query: SpendQuery) -> SpendReport:
         params = {"tenant": query.tenant, "kind": query.kind, "since": query.since}

@@ -822,6 +822,22 @@ async def test_list_tasks_filters_and_pages_by_seq(store: Store) -> None:
     assert seqs == sorted(seqs) and len(set(seqs)) == 6
 
 
+async def test_batches_lists_a_tenants_newest_batches_with_their_counts(store: Store) -> None:
+    await store.submit([task(tenant="a", batch_id="old", n=i) for i in range(3)], NOW)
+    await store.submit([task(tenant="b", batch_id="theirs", n=i) for i in range(2)], NOW + 1)
+    await store.submit([task(tenant="a", batch_id="new", n=10 + i) for i in range(2)], NOW + 2)
+    await store.submit([task(tenant="a", n=99)], NOW + 3)  # in no batch
+    (running,) = await claim(store, NOW + 4, 1)
+    assert running.batch_id == "old"
+    found = await store.batches("a", 10)
+    assert [b.batch_id for b in found] == ["new", "old"]
+    assert found[0].counts == {"queued": 2} and found[0].created_at == NOW + 2
+    assert found[1].counts == {"queued": 2, "running": 1} and found[1].created_at == NOW
+    assert [b.batch_id for b in await store.batches("a", 1)] == ["new"]
+    assert [b.batch_id for b in await store.batches("b", 10)] == ["theirs"]
+    assert await store.batches("nobody", 10) == []
+
+
 async def test_list_tasks_pages_newest_first_with_the_same_filters(store: Store) -> None:
     await store.submit(
         [task(tenant="a", n=i) for i in range(5)] + [task(tenant="b")] + [task(tenant="a", n=9)],

@@ -442,6 +442,18 @@ SELECT status, count(*) AS count FROM tasks
 WHERE batch_id = :batch_id AND (:tenant IS NULL OR tenant = :tenant)
 GROUP BY status;
 
+-- name: list_batches
+-- A tenant's newest batches (by their newest task), each one's tasks per status.
+WITH newest AS (
+    SELECT batch_id, max(seq) AS last_seq, min(created_at) AS created_at FROM tasks
+    WHERE tenant = :tenant AND batch_id IS NOT NULL
+    GROUP BY batch_id ORDER BY max(seq) DESC LIMIT :limit
+)
+SELECT n.batch_id, n.created_at, n.last_seq, t.status, count(*) AS count
+FROM newest n JOIN tasks t ON t.batch_id = n.batch_id AND t.tenant = :tenant
+GROUP BY n.batch_id, n.created_at, n.last_seq, t.status
+ORDER BY n.last_seq DESC;
+
 -- name: append_stream
 INSERT INTO stream_events (task_id, seq, data, at)
 SELECT :task_id, :first + key, value, :now FROM json_each(:events) WHERE true
