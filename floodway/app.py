@@ -41,6 +41,7 @@ from floodway.store.base import (
     StoreStats,
     TaskEvent,
     TaskQuery,
+    WorkerInfo,
 )
 from floodway.store.factory import open_store
 from floodway.store.openai_records import OpenAIRecords
@@ -307,6 +308,12 @@ class Floodway:
         """How many of a batch's tasks are in each status (no batch: none)."""
         await self.open()
         return await self.runtime.store.batch_counts(batch_id, tenant)
+
+    async def workers(self, since: float) -> list[WorkerInfo]:
+        """Every process's workers that said they live at ``since`` or later, with the tasks
+        each holds (every tenant's: an operator's view)."""
+        await self.open()
+        return await self.runtime.store.workers(since)
 
     async def batches(self, *, tenant: str, limit: int = 50) -> list[BatchCounts]:
         """The tenant's newest batches, newest first, each one's tasks per status."""

@@ -186,6 +186,35 @@ class StatsOut(BaseModel):
     )
 
 
+class WorkerTaskOut(BaseModel):
+    id: str
+    kind: str
+    tenant: str
+    attempt: int
+    since: datetime | None = Field(description="when this attempt was claimed")
+
+
+class WorkerOut(BaseModel):
+    id: str = Field(description="the lease owner its tasks carry")
+    host: str
+    pid: int
+    concurrency: int = Field(description="handlers it runs at once")
+    kinds: list[str]
+    started_at: datetime
+    heartbeat_at: datetime = Field(description="when it last said it lives")
+    heartbeat_age_s: float
+    silent: bool = Field(
+        description="no heartbeat for three beats: the worker has likely died (its row goes "
+        "after a day)"
+    )
+    tasks: list[WorkerTaskOut] = Field(description="the tasks whose lease it holds")
+
+
+class WorkersOut(BaseModel):
+    now: datetime
+    workers: list[WorkerOut] = Field(description="those heard from lately, by host and pid")
+
+
 class StatsSample(BaseModel):
     at: datetime
     stats: StatsOut

@@ -30,6 +30,7 @@ from floodway.store.base import (
     Store,
     TaskChange,
     TaskQuery,
+    WorkerInfo,
 )
 from floodway.store.postgres import PostgresStore
 from floodway.store.queries import load_migrations, load_queries
@@ -836,6 +837,28 @@ async def test_batches_lists_a_tenants_newest_batches_with_their_counts(store: S
     assert [b.batch_id for b in await store.batches("a", 1)] == ["new"]
     assert [b.batch_id for b in await store.batches("b", 10)] == ["theirs"]
     assert await store.batches("nobody", 10) == []
+
+
+async def test_workers_are_listed_with_the_tasks_they_hold(store: Store) -> None:
+    def worker(owner: str) -> WorkerInfo:
+        return WorkerInfo(owner, "host-1", 42, 8, ("echo",), NOW, NOW)
+
+    await store.worker_beat(worker("w1"), NOW, 3600)
+    await store.worker_beat(worker("w2"), NOW, 3600)
+    await store.worker_beat(worker("w1"), NOW + 10, 3600)  # a heartbeat
+    held = await run_one(store, NOW + 11)  # claimed by owner "w1"
+    await submit(store, NOW + 11, n=2)  # queued: nobody's
+    found = {w.owner: w for w in await store.workers(NOW)}
+    assert set(found) == {"w1", "w2"}
+    assert found["w1"].heartbeat_at == NOW + 10 and found["w1"].started_at == NOW
+    assert (found["w1"].host, found["w1"].pid, found["w1"].kinds) == ("host-1", 42, ("echo",))
+    assert [(t.task_id, t.attempt, t.since) for t in found["w1"].tasks] == [(held.id, 1, NOW + 11)]
+    assert found["w2"].tasks == ()
+    assert [w.owner for w in await store.workers(NOW + 5)] == ["w1"]  # w2 silent since NOW
+    await store.worker_gone("w1")
+    assert [w.owner for w in await store.workers(NOW)] == ["w2"]
+    await store.worker_beat(worker("w3"), NOW + 7200, 3600)  # w2 silent for over the hour
+    assert [w.owner for w in await store.workers(0)] == ["w3"]
 
 
 async def test_list_tasks_pages_newest_first_with_the_same_filters(store: Store) -> None:

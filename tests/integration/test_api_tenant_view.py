@@ -143,3 +143,37 @@ async def test_stats_history_holds_each_tenants_own_samples(start_api: StartApi)
         assert newest["tenant"] == tenant
         assert newest["tasks"]["queued"] == queued
         assert all(s["stats"]["tenant"] == tenant for s in answer["samples"])
+
+
+async def test_workers_are_shown_to_operators_with_the_tasks_they_hold(
+    start_api: StartApi, gates: dict[str, asyncio.Event]
+) -> None:
+    async def slow(ctx: Context, inp: dict[str, Any]) -> dict[str, Any]:
+        await gates.setdefault("all", asyncio.Event()).wait()
+        return {}
+
+    server = await start_api(keys=KEYS, api={"admin_keys": ADMIN}, handlers={"slow": slow})
+    a, ops = await server.client("key-a"), await server.client("key-ops")
+    task = (await a.post("/v1/tasks", json={"kind": "slow", "input": {}})).json()
+
+    async def holding() -> bool:
+        answer = (await ops.get("/v1/workers")).json()
+        return any(t["id"] == task["id"] for w in answer["workers"] for t in w["tasks"])
+
+    await eventually(holding)
+    (worker,) = (await ops.get("/v1/workers")).json()["workers"]
+    assert worker["pid"] > 0 and worker["host"] and worker["concurrency"] == 8
+    assert set(worker["kinds"]) >= {"sim", "slow"} and not worker["silent"]
+    assert worker["heartbeat_age_s"] >= 0
+    (held,) = worker["tasks"]
+    assert (held["id"], held["tenant"], held["kind"], held["attempt"]) == (
+        task["id"],
+        "a",
+        "slow",
+        1,
+    )
+    # Every tenant's tasks are in it: a tenant's key is refused, naming what it needs.
+    refused = await a.get("/v1/workers")
+    assert refused.status_code == 403
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert "admin_keys" in refused.json()["detail"]

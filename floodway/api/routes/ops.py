@@ -22,12 +22,16 @@ from floodway.api.schemas import (
     StatsOut,
     StatsSample,
     TimingOut,
+    WorkerOut,
+    WorkersOut,
+    WorkerTaskOut,
 )
 from floodway.api.state import ApiState, api_state
 from floodway.api.stats import Timing, tenant_caps, tenant_resources
 from floodway.store.base import SpendQuery, SpendReport
 from floodway.version import __version__
 from floodway.wire.tasks import timestamp
+from floodway.worker.worker import WORKER_BEAT_S
 
 router = APIRouter(tags=["operations"])
 State = Annotated[ApiState, Depends(api_state)]
@@ -124,6 +128,51 @@ async def stats_history(who: Who, state: State) -> StatsHistoryOut:
             StatsSample(at=timestamp(s.at) or datetime.now(UTC), stats=s.value[view])
             for s in samples
             if view in s.value
+        ],
+    )
+
+
+#: workers silent for longer are not listed
+WORKERS_SEEN_S = 600.0
+
+
+@router.get(
+    "/v1/workers",
+    response_model=WorkersOut,
+    summary="The workers of every process (an operator key when keys are configured)",
+    responses=problems(401, 403),
+)
+async def workers(_: Operator, state: State) -> WorkersOut:
+    """Each worker heard from in the last 10 minutes: host, pid, concurrency, kinds, its last
+    heartbeat, and the tasks it holds now (every tenant's: operators only)."""
+    now = state.fw.clock.now()
+    found = await state.fw.workers(now - WORKERS_SEEN_S)
+    epoch0 = datetime.fromtimestamp(0, UTC)
+    return WorkersOut(
+        now=timestamp(now) or datetime.now(UTC),
+        workers=[
+            WorkerOut(
+                id=w.owner,
+                host=w.host,
+                pid=w.pid,
+                concurrency=w.concurrency,
+                kinds=list(w.kinds),
+                started_at=timestamp(w.started_at) or epoch0,
+                heartbeat_at=timestamp(w.heartbeat_at) or epoch0,
+                heartbeat_age_s=max(0.0, now - w.heartbeat_at),
+                silent=now - w.heartbeat_at > 3 * WORKER_BEAT_S,
+                tasks=[
+                    WorkerTaskOut(
+                        id=t.task_id,
+                        kind=t.kind,
+                        tenant=t.tenant,
+                        attempt=t.attempt,
+                        since=timestamp(t.since),
+                    )
+                    for t in w.tasks
+                ],
+            )
+            for w in found
         ],
     )
 
