@@ -2,7 +2,7 @@
 // offers the task list, batches, workers, the dead-letter list and a task's attempts and
 // event history. Everything from the same origin.
 
-import { $, fmtAgo, fmtAmount, fmtAxis, fmtDate, fmtInt, fmtMoney, fmtRate, fmtSeconds, fmtTime, h, pct } from "./format.js";
+import { $, costText, fmtAgo, fmtAmount, fmtAxis, fmtDate, fmtInt, fmtMoney, fmtRate, fmtSeconds, fmtTime, h, pct } from "./format.js";
 import { ApiError, getJson, hasKey, loadKey, postJson, request, setKey } from "./api.js";
 import { LineChart } from "./chart.js";
 import { followEvents } from "./events.js";
@@ -50,12 +50,14 @@ function showConn() {
   if ($("conn-text").textContent !== text) $("conn-text").textContent = text;
 }
 
+let addressNote = ""; // why a key in the address was not used
+
 function showAuthProblem(error) {
   const banner = $("auth-message");
   const refused = hasKey();
-  banner.textContent = refused
+  banner.textContent = addressNote + (refused
     ? `The API key was refused (${error.detail || "unauthorized"}). Enter a valid key in the API key field above and press Save.`
-    : "This server needs an API key. Enter it in the API key field above and press Save; it is kept in this browser only.";
+    : "This server needs an API key. Enter it in the API key field above and press Save; it is kept in this browser only.");
   banner.hidden = false;
   $("api-key").setAttribute("aria-invalid", "true");
   if (document.activeElement !== $("api-key")) $("api-key").focus();
@@ -619,14 +621,6 @@ function json(value) {
   return value === null || value === undefined ? "—" : JSON.stringify(value, null, 2);
 }
 
-/** Money when the kind has a price (its estimate priced is held against the budget); the
- * kind's metered units otherwise, said to be units. */
-function costText(cost) {
-  const used = cost.actual !== null && cost.actual !== undefined ? `, ${fmtAmount(cost.actual)} used` : "";
-  if (cost.held > 0) return `${fmtMoney(cost.held)} estimated at the kind's price (${fmtAmount(cost.estimated)} units${used})`;
-  return `${fmtAmount(cost.estimated)} units estimated${used} (the kind has no price)`;
-}
-
 function renderTask(task) {
   $("task-title").textContent = task.id;
   badge($("task-status"), task.status);
@@ -829,8 +823,9 @@ function setFragment(changes) {
  */
 function keyFromAddress() {
   if (new URLSearchParams(location.search).has("key")) {
+    addressNote = "An API key in the query string (?key=) is sent to the server and kept in its logs: it was not used. Pass it after the # instead (#key=...), or type it in the API key field. ";
     const banner = $("auth-message");
-    banner.textContent = "An API key in the query string (?key=) is sent to the server and kept in its logs: it was not used. Pass it after the # instead (#key=...), or type it in the API key field.";
+    banner.textContent = addressNote;
     banner.hidden = false;
   }
   const given = fragment().get("key");

@@ -80,3 +80,11 @@ export const pct = (used, total) => (total > 0 ? Math.min(100, Math.max(0, (100 
 const money = new Intl.NumberFormat("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 4 });
 export const fmtMoney = (v) => (Number.isFinite(v) ? money.format(v) : "—");
 
+
+/** Money when the kind has a price (its estimate priced is held against the budget); the
+ * kind's metered units otherwise, said to be units. */
+export function costText(cost) {
+  const used = cost.actual !== null && cost.actual !== undefined ? `, ${fmtAmount(cost.actual)} used` : "";
+  if (cost.held > 0) return `${fmtMoney(cost.held)} estimated at the kind's price (${fmtAmount(cost.estimated)} units${used})`;
+  return `${fmtAmount(cost.estimated)} units estimated${used} (the kind has no price)`;
+}

@@ -273,10 +273,12 @@ export function renderKinds(stats, spend) {
 export function attempts(events) {
   const runs = [];
   let current = null;
+  let run = 1; // a manual retry starts the count of attempts again: a new run
   for (const e of events) {
     const at = Date.parse(e.at);
     if (e.status === "running" && e.attempt) {
-      current = { attempt: e.attempt, start: at, end: null, ended: null, detail: "" };
+      if (current && e.attempt <= current.attempt) run += 1;
+      current = { attempt: e.attempt, run, start: at, end: null, ended: null, detail: "" };
       runs.push(current);
     } else if (current && current.end === null) {
       current.end = at;
@@ -301,8 +303,9 @@ export function renderAttempts(events, node) {
       bar.style.width = `${Math.max(0.5, (100 * (end - r.start)) / span)}%`;
       const took = (end - r.start) / 1000;
       const ended = r.ended ? `${r.ended}${r.detail ? `: ${r.detail}` : ""}` : "running";
-      return h("li", { attrs: { "data-attempt": r.attempt, "data-ended": r.ended || "running" } }, [
-        h("span", { cls: "attempt-label", text: `Attempt ${r.attempt}` }),
+      const label = r.run > 1 ? `Attempt ${r.attempt} · retry ${r.run - 1}` : `Attempt ${r.attempt}`;
+      return h("li", { attrs: { "data-attempt": r.attempt, "data-run": r.run, "data-ended": r.ended || "running" } }, [
+        h("span", { cls: "attempt-label", text: label, title: r.run > 1 ? "after a manual retry" : "" }),
         h("span", { cls: "attempt-track" }, [bar]),
         h("span", { cls: "attempt-text", text: `${took < 1 ? `${Math.round(took * 1000)} ms` : `${took.toFixed(1)} s`} · ${ended}`, title: ended }),
       ]);
