@@ -447,7 +447,8 @@ async function refreshSpend() {
   try {
     const view = await getJson("v1/spend", { params: { since: range.since, bucket: range.bucket } });
     renderSpend(view);
-    renderKinds(lastStats, view);
+    lastSpend = view;
+    renderKinds(lastStats, lastSpend);
     $("spend-sub").textContent = spendSub();
   } catch (error) {
     spendReadAt = 0;
@@ -852,6 +853,7 @@ function pollInterval() {
 }
 
 let lastStats = null;
+let lastSpend = null; // the spend panel's last answer, for the per-kind breakdown
 let listsReadAt = 0;
 let listsBusy = false;
 let taskList = null;
@@ -878,6 +880,7 @@ async function pollOnce() {
   renderCharts(stats, sample);
   renderResources(stats);
   lastStats = stats;
+  renderKinds(stats, lastSpend);
   refreshSpend(); // not awaited: it catches its own failures
   refreshLists(stats); // nor this one
   if (deadNeedsRefresh(stats)) {

@@ -252,7 +252,7 @@ export function renderKinds(stats, spend) {
     const total = Object.values(counts).reduce((a, b) => a + b, 0);
     const money = spent.get(kind) || { cost: 0, saved: 0, calls: 0 };
     return h("tr", { attrs: { "data-kind": kind } }, [
-      h("th", { text: kind, attrs: { scope: "row" } }),
+      h("td", { cls: "mono", text: kind }),
       h("td", { cls: "num", text: fmtInt(total) }),
       ...KIND_COLUMNS.map((s) => h("td", { cls: `num${counts[s] ? "" : " zero"}`, text: fmtInt(counts[s] || 0), attrs: { "data-status": s } })),
       h("td", { cls: "num", text: fmtMoney(money.cost), attrs: { "data-cost": String(money.cost) } }),
