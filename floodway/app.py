@@ -32,6 +32,7 @@ from floodway.maintenance.sweeper import Sweeper
 from floodway.providers.registry import aclose_kinds
 from floodway.runtime import AlertHook, Runtime
 from floodway.store.base import (
+    BatchCounts,
     BudgetUse,
     ReadyQuery,
     SpendQuery,
@@ -40,6 +41,7 @@ from floodway.store.base import (
     StoreStats,
     TaskEvent,
     TaskQuery,
+    WorkerInfo,
 )
 from floodway.store.factory import open_store
 from floodway.store.openai_records import OpenAIRecords
@@ -311,6 +313,17 @@ class Floodway:
         """How many of a batch's tasks are in each status (no batch: none)."""
         await self.open()
         return await self.runtime.store.batch_counts(batch_id, tenant)
+
+    async def workers(self, since: float) -> list[WorkerInfo]:
+        """Every process's workers that said they live at ``since`` or later, with the tasks
+        each holds (every tenant's: an operator's view)."""
+        await self.open()
+        return await self.runtime.store.workers(since)
+
+    async def batches(self, *, tenant: str, limit: int = 50) -> list[BatchCounts]:
+        """The tenant's newest batches, newest first, each one's tasks per status."""
+        await self.open()
+        return await self.runtime.store.batches(tenant, limit)
 
     async def stats(self, *, tenant: str | None = None) -> StoreStats:
         """Tasks per status and per kind: one tenant's, or (None) everyone's."""

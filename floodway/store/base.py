@@ -100,6 +100,38 @@ class StoreStats:
 
 
 @dataclass(frozen=True)
+class WorkerTask:
+    """A task whose lease a worker holds."""
+
+    task_id: str
+    kind: str
+    tenant: str
+    attempt: int
+    since: float | None  # when this attempt was claimed
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker as it last said (:meth:`Store.worker_beat`), with the tasks it holds."""
+
+    owner: str  # the lease owner its tasks carry
+    host: str
+    pid: int
+    concurrency: int
+    kinds: tuple[str, ...]
+    started_at: float
+    heartbeat_at: float
+    tasks: tuple[WorkerTask, ...] = ()
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    batch_id: str
+    created_at: float  # its first task's
+    counts: dict[str, int]  # tasks per status
+
+
+@dataclass(frozen=True)
 class SpendQuery:
     """The spend ledger since ``since``: one tenant's (None: everyone's), one kind's (None:
     all), summed per tenant and kind, and per ``bucket_s`` of time (None: no series)."""
@@ -278,6 +310,10 @@ class Store(Protocol):
         """Tasks of a batch per status (empty: no such batch for this tenant)."""
         ...
 
+    async def batches(self, tenant: str, limit: int) -> list[BatchCounts]:
+        """The tenant's ``limit`` newest batches (by their newest task), newest first."""
+        ...
+
     async def spend(self, query: SpendQuery) -> SpendReport:
         """The spend ledger: what billed calls cost and what dedupe saved."""
         ...
@@ -304,6 +340,19 @@ class Store(Protocol):
         self, leases: Sequence[tuple[str, str]], now: float, lease_s: float
     ) -> HeartbeatResult:
         """Extend the leases given as (task_id, lease_token); report the ones we lost."""
+        ...
+
+    async def worker_beat(self, worker: WorkerInfo, now: float, stale_s: float) -> None:
+        """Record that ``worker`` lives at ``now`` (its row written the first time); forget
+        the workers whose last beat is older than ``stale_s``."""
+        ...
+
+    async def worker_gone(self, owner: str) -> None:
+        """The worker stopped: its row goes."""
+        ...
+
+    async def workers(self, since: float) -> list[WorkerInfo]:
+        """The workers that beat at ``since`` or later, each with the tasks it holds."""
         ...
 
     async def set_upstream_ref(self, task_id: str, lease_token: str, ref: str, now: float) -> bool:

@@ -52,6 +52,7 @@ from floodway.store.base import (
     Purged,
     Retention,
     TaskChange,
+    WorkerInfo,
 )
 from floodway.store.rows import (
     claim_args,
@@ -597,6 +598,22 @@ def heartbeat(
     lost = tuple(task_id for task_id, _ in leases if task_id not in held)
     cancel = tuple(task_id for task_id, _ in leases if held.get(task_id))
     return HeartbeatResult(lost, cancel)
+
+
+def worker_beat(worker: WorkerInfo, now: float, stale_s: float) -> Rule[None]:
+    """A worker's row written (its heartbeat, the rest the first time); the rows of workers
+    silent for ``stale_s`` (they died without saying so) dropped."""
+    yield from count(
+        "worker_beat",
+        owner=worker.owner,
+        host=worker.host,
+        pid=worker.pid,
+        concurrency=worker.concurrency,
+        kinds=dumps(list(worker.kinds)),
+        started_at=worker.started_at,
+        now=now,
+    )
+    yield from count("drop_stale_workers", stale=now - stale_s)
 
 
 # -- dispatch and retention ------------------------------------------------------------------

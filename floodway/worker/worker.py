@@ -19,6 +19,8 @@ import dataclasses
 import heapq
 import itertools
 import logging
+import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +36,7 @@ from floodway.core.task import ErrorClass, ErrorInfo, Task, new_token
 from floodway.kinds import UNBOUNDED_CALL_S
 from floodway.limits.base import Permit, Settlement
 from floodway.runtime import Runtime
-from floodway.store.base import ClaimParams, ReadyQuery
+from floodway.store.base import ClaimParams, ReadyQuery, WorkerInfo
 from floodway.worker.completer import Completer
 from floodway.worker.executor import execute
 from floodway.worker.upstream import UpstreamPoller
@@ -42,6 +44,9 @@ from floodway.worker.upstream import UpstreamPoller
 log = logging.getLogger("floodway.worker")
 
 _DEFAULTS = WorkerConfig()
+#: a worker writes its row (GET /v1/workers) this often; a row silent for a day is dropped
+WORKER_BEAT_S = 5.0
+WORKER_STALE_S = 86400.0
 #: open attempts whose provider slots a starting worker holds again, at most
 OPEN_ATTEMPTS_HELD = 10_000
 
@@ -127,6 +132,7 @@ class Worker:
             asyncio.create_task(self._dispatch_loop(), name="floodway-dispatch"),
             asyncio.create_task(self._heartbeat_loop(), name="floodway-heartbeat"),
             asyncio.create_task(self.poller.run(), name="floodway-upstream"),
+            asyncio.create_task(self._beat_loop(), name="floodway-worker-beat"),
         ]
 
     async def stop(self, grace_s: float | None = None) -> None:
@@ -151,6 +157,10 @@ class Worker:
         for loop in self._loops:
             with contextlib.suppress(asyncio.CancelledError):
                 await loop
+        try:
+            await self.runtime.store.worker_gone(self.owner)
+        except Exception as exc:  # its row goes stale and is dropped in a day
+            log.warning("could not remove worker %s from the ledger: %s", self.owner, exc)
 
     async def _hold_open_attempts(self) -> None:
         """In-process limits start empty: a process that restarts after a crash would
@@ -465,6 +475,25 @@ class Worker:
             self.running.pop(run.task.id, None)
             self._writing -= 1
             self._slot_freed.set()
+
+    # -- what GET /v1/workers shows --------------------------------------------------------------
+    async def _beat_loop(self) -> None:
+        runtime = self.runtime
+        info = WorkerInfo(
+            owner=self.owner,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            concurrency=self.options.concurrency,
+            kinds=runtime.kinds.names(),
+            started_at=runtime.clock.now(),
+            heartbeat_at=runtime.clock.now(),
+        )
+        while True:
+            try:
+                await runtime.store.worker_beat(info, runtime.clock.now(), WORKER_STALE_S)
+            except Exception as exc:  # the ledger is away: the next beat tries again
+                log.warning("worker beat failed: %s", exc)
+            await runtime.clock.sleep(WORKER_BEAT_S)
 
     # -- leases -------------------------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:

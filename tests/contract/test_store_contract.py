@@ -30,6 +30,7 @@ from floodway.store.base import (
     Store,
     TaskChange,
     TaskQuery,
+    WorkerInfo,
 )
 from floodway.store.postgres import PostgresStore
 from floodway.store.queries import load_migrations, load_queries
@@ -845,6 +846,44 @@ async def test_list_tasks_filters_and_pages_by_seq(store: Store) -> None:
     seqs = [t.seq for p in pages for t in p]
     assert [len(p) for p in pages] == [4, 2]
     assert seqs == sorted(seqs) and len(set(seqs)) == 6
+
+
+async def test_batches_lists_a_tenants_newest_batches_with_their_counts(store: Store) -> None:
+    await store.submit([task(tenant="a", batch_id="old", n=i) for i in range(3)], NOW)
+    await store.submit([task(tenant="b", batch_id="theirs", n=i) for i in range(2)], NOW + 1)
+    await store.submit([task(tenant="a", batch_id="new", n=10 + i) for i in range(2)], NOW + 2)
+    await store.submit([task(tenant="a", n=99)], NOW + 3)  # in no batch
+    (running,) = await claim(store, NOW + 4, 1)
+    assert running.batch_id == "old"
+    found = await store.batches("a", 10)
+    assert [b.batch_id for b in found] == ["new", "old"]
+    assert found[0].counts == {"queued": 2} and found[0].created_at == NOW + 2
+    assert found[1].counts == {"queued": 2, "running": 1} and found[1].created_at == NOW
+    assert [b.batch_id for b in await store.batches("a", 1)] == ["new"]
+    assert [b.batch_id for b in await store.batches("b", 10)] == ["theirs"]
+    assert await store.batches("nobody", 10) == []
+
+
+async def test_workers_are_listed_with_the_tasks_they_hold(store: Store) -> None:
+    def worker(owner: str) -> WorkerInfo:
+        return WorkerInfo(owner, "host-1", 42, 8, ("echo",), NOW, NOW)
+
+    await store.worker_beat(worker("w1"), NOW, 3600)
+    await store.worker_beat(worker("w2"), NOW, 3600)
+    await store.worker_beat(worker("w1"), NOW + 10, 3600)  # a heartbeat
+    held = await run_one(store, NOW + 11)  # claimed by owner "w1"
+    await submit(store, NOW + 11, n=2)  # queued: nobody's
+    found = {w.owner: w for w in await store.workers(NOW)}
+    assert set(found) == {"w1", "w2"}
+    assert found["w1"].heartbeat_at == NOW + 10 and found["w1"].started_at == NOW
+    assert (found["w1"].host, found["w1"].pid, found["w1"].kinds) == ("host-1", 42, ("echo",))
+    assert [(t.task_id, t.attempt, t.since) for t in found["w1"].tasks] == [(held.id, 1, NOW + 11)]
+    assert found["w2"].tasks == ()
+    assert [w.owner for w in await store.workers(NOW + 5)] == ["w1"]  # w2 silent since NOW
+    await store.worker_gone("w1")
+    assert [w.owner for w in await store.workers(NOW)] == ["w2"]
+    await store.worker_beat(worker("w3"), NOW + 7200, 3600)  # w2 silent for over the hour
+    assert [w.owner for w in await store.workers(0)] == ["w3"]
 
 
 async def test_list_tasks_pages_newest_first_with_the_same_filters(store: Store) -> None:

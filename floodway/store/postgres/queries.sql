@@ -616,6 +616,40 @@ SELECT status, count(*) AS count FROM tasks
 WHERE batch_id = %(batch_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 GROUP BY status;
 
+-- name: worker_beat
+INSERT INTO workers (owner, host, pid, concurrency, kinds, started_at, heartbeat_at)
+VALUES (%(owner)s, %(host)s, %(pid)s, %(concurrency)s, %(kinds)s, %(started_at)s, %(now)s)
+ON CONFLICT (owner) DO UPDATE SET heartbeat_at = excluded.heartbeat_at;
+
+-- name: drop_stale_workers
+DELETE FROM workers WHERE heartbeat_at < %(stale)s;
+
+-- name: worker_gone
+DELETE FROM workers WHERE owner = %(owner)s;
+
+-- name: list_workers
+SELECT owner, host, pid, concurrency, kinds, started_at, heartbeat_at FROM workers
+WHERE heartbeat_at >= %(since)s ORDER BY host, pid, owner;
+
+-- name: worker_tasks
+-- The tasks whose lease a listed worker holds: its calls in flight.
+SELECT t.lease_owner, t.id, t.kind, t.tenant, t.attempts, t.attempt_at FROM tasks t
+JOIN workers w ON t.lease_owner = w.owner
+WHERE t.lease_token IS NOT NULL AND w.heartbeat_at >= %(since)s
+ORDER BY t.attempt_at, t.seq;
+
+-- name: list_batches
+-- A tenant's newest batches (by their newest task), each one's tasks per status.
+WITH newest AS (
+    SELECT batch_id, max(seq) AS last_seq, min(created_at) AS created_at FROM tasks
+    WHERE tenant = %(tenant)s AND batch_id IS NOT NULL
+    GROUP BY batch_id ORDER BY max(seq) DESC LIMIT %(limit)s
+)
+SELECT n.batch_id, n.created_at, n.last_seq, t.status, count(*) AS count
+FROM newest n JOIN tasks t ON t.batch_id = n.batch_id AND t.tenant = %(tenant)s
+GROUP BY n.batch_id, n.created_at, n.last_seq, t.status
+ORDER BY n.last_seq DESC;
+
 -- -- this backend's own: change notices, liveness, migrations ---------------------------------
 
 -- Delivered at commit to every LISTENing store; the payload names the schema, so stores on
