@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from floodway.clock import Clock, SystemClock, wait_event
+from floodway.clock import Clock, LedgerClock, wait_event
 from floodway.config import KindConfig, Settings, load_settings
 from floodway.core.errors import ConfigError, TaskNotFound, WaitTimeout
 from floodway.core.retry import RetryPolicy
@@ -32,6 +32,7 @@ from floodway.maintenance.sweeper import Sweeper
 from floodway.providers.registry import aclose_kinds
 from floodway.runtime import AlertHook, Runtime
 from floodway.store.base import (
+    BatchCounts,
     BudgetUse,
     ReadyQuery,
     SpendQuery,
@@ -40,6 +41,7 @@ from floodway.store.base import (
     StoreStats,
     TaskEvent,
     TaskQuery,
+    WorkerInfo,
 )
 from floodway.store.factory import open_store
 from floodway.store.openai_records import OpenAIRecords
@@ -68,7 +70,8 @@ class Floodway:
         elif database is not None:
             settings = settings.model_copy(update={"database": database})
         self.settings = settings
-        self.clock: Clock = clock or SystemClock()
+        #: by default the ledger's time (a fleet shares it), read through this host's clock
+        self.clock: Clock = clock or LedgerClock()
         self.kinds = KindRegistry()
         self._policy = policy or RetryPolicy()
         self._admission = admission
@@ -171,6 +174,8 @@ class Floodway:
             self.kinds.check_fallbacks()
             store = open_store(self.settings.database)
             await store.open()
+            if isinstance(self.clock, LedgerClock):
+                await self.clock.follow(store.server_time)
             runtime = Runtime(
                 store=store,
                 openai_records=store,
@@ -194,6 +199,8 @@ class Floodway:
             await self._runtime.admission.aclose()
             await self._runtime.store.close()
             self._runtime = None
+        if isinstance(self.clock, LedgerClock):
+            await self.clock.unfollow()
 
     async def __aenter__(self) -> Floodway:
         return await self.open()
@@ -306,6 +313,17 @@ class Floodway:
         """How many of a batch's tasks are in each status (no batch: none)."""
         await self.open()
         return await self.runtime.store.batch_counts(batch_id, tenant)
+
+    async def workers(self, since: float) -> list[WorkerInfo]:
+        """Every process's workers that said they live at ``since`` or later, with the tasks
+        each holds (every tenant's: an operator's view)."""
+        await self.open()
+        return await self.runtime.store.workers(since)
+
+    async def batches(self, *, tenant: str, limit: int = 50) -> list[BatchCounts]:
+        """The tenant's newest batches, newest first, each one's tasks per status."""
+        await self.open()
+        return await self.runtime.store.batches(tenant, limit)
 
     async def stats(self, *, tenant: str | None = None) -> StoreStats:
         """Tasks per status and per kind: one tenant's, or (None) everyone's."""

@@ -84,6 +84,8 @@ class StatusEvent:
     at: float | None
     attempt: int
     detail: str = ""
+    #: on the stream's last event only: the task as it ended (what :meth:`Client.get` reads)
+    task: Task | None = None
 
 
 class Client:
@@ -266,7 +268,8 @@ class Client:
 
     # -- waiting ------------------------------------------------------------------------------
     async def events(self, task_id: str, *, after: int | None = None) -> AsyncIterator[StatusEvent]:
-        """The task's status changes as they happen (Server-Sent Events); ends at terminal."""
+        """The task's status changes as they happen (Server-Sent Events); ends at terminal,
+        the last event holding the ended task."""
         headers = {"Accept": "text/event-stream"}
         if after:
             headers["Last-Event-ID"] = str(after)
@@ -295,6 +298,8 @@ class Client:
             try:
                 async for event in self.events(task_id, after=last_seq):
                     last_seq, progressed = event.seq, True
+                    if event.task is not None and event.task.terminal:
+                        return event.task
             except (httpx.TransportError, httpx.DecodingError):
                 pass  # the stream broke: poll below, then follow it again
             except ApiError as exc:
@@ -351,6 +356,9 @@ async def _parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[StatusEvent]:
                     at=epoch(payload.get("at")),
                     attempt=int(payload.get("attempt", 0)),
                     detail=str(payload.get("detail", "")),
+                    task=task_from_json(ended)
+                    if isinstance(ended := payload.get("task"), dict)
+                    else None,
                 )
             seq, data = "", []
             continue

@@ -67,7 +67,7 @@ def create_app(
                 if run_workers:
                     await stack.enter_async_context(fw.worker(concurrency))
                 state.history = await stack.enter_async_context(
-                    History(lambda: ops.stats_snapshot(state), fw.clock, interval_s=stats_sample_s)
+                    History(lambda: ops.stats_views(state), fw.clock, interval_s=stats_sample_s)
                 )
                 api = fw.settings.api
                 if api.metrics_port is not None:

@@ -11,7 +11,7 @@ from typing import Literal
 
 from floodway.core.spend import Charge
 from floodway.core.states import Status
-from floodway.core.task import JSON, ErrorClass, ErrorInfo, Task
+from floodway.core.task import JSON, ErrorClass, ErrorInfo
 
 #: an effect of a completion, delivered from the outbox (migration 011)
 Effect = Literal["fallback", "alert"]
@@ -96,34 +96,6 @@ class Completion:
             return ("alert",)
         poison = self.error is not None and self.error.cls is ErrorClass.POISON
         return ("fallback",) if self.to is Status.FAILED and poison else ()
-
-
-def from_running(
-    task: Task,
-    to: Status,
-    *,
-    result: JSON = None,
-    error: ErrorInfo | None = None,
-    next_attempt_at: float | None = None,
-    refund_attempt: bool = False,
-    invalid_output: bool = False,
-    cost_actual: float | None = None,
-    orphan_until: float | None = None,
-) -> Completion:
-    """The compare-and-set that moves a running ``task``, held by its lease, to ``to``."""
-    return Completion(
-        task.id,
-        to,
-        Status.RUNNING,
-        task.lease_token,
-        result=result,
-        error=error,
-        next_attempt_at=next_attempt_at,
-        refund_attempt=refund_attempt,
-        invalid_output=invalid_output,
-        cost_actual=cost_actual,
-        orphan_until=orphan_until,
-    )
 
 
 @dataclass(frozen=True)

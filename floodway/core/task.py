@@ -24,6 +24,10 @@ class Lane(StrEnum):
     def rank(self) -> int:
         return 0 if self is Lane.INTERACTIVE else 1
 
+    @classmethod
+    def of_rank(cls, rank: int) -> Lane:
+        return Lane.INTERACTIVE if rank == 0 else Lane.BACKGROUND
+
 
 class ErrorClass(StrEnum):
     RETRYABLE = "retryable"
@@ -167,6 +171,7 @@ class Candidate:
     task_id: str
     kind: str
     tenant: str
+    #: the lane it is dispatched in: its own, or the one a waiting duplicate lent it
     lane: Lane
     cost: float
     seq: int

@@ -100,6 +100,38 @@ class StoreStats:
 
 
 @dataclass(frozen=True)
+class WorkerTask:
+    """A task whose lease a worker holds."""
+
+    task_id: str
+    kind: str
+    tenant: str
+    attempt: int
+    since: float | None  # when this attempt was claimed
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker as it last said (:meth:`Store.worker_beat`), with the tasks it holds."""
+
+    owner: str  # the lease owner its tasks carry
+    host: str
+    pid: int
+    concurrency: int
+    kinds: tuple[str, ...]
+    started_at: float
+    heartbeat_at: float
+    tasks: tuple[WorkerTask, ...] = ()
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    batch_id: str
+    created_at: float  # its first task's
+    counts: dict[str, int]  # tasks per status
+
+
+@dataclass(frozen=True)
 class SpendQuery:
     """The spend ledger since ``since``: one tenant's (None: everyone's), one kind's (None:
     all), summed per tenant and kind, and per ``bucket_s`` of time (None: no series)."""
@@ -236,6 +268,11 @@ class Store(Protocol):
         """Block until another process may have written (or ``timeout``); True on a change."""
         ...
 
+    async def server_time(self) -> float | None:
+        """The ledger server's clock, which the processes sharing the ledger keep to
+        (:class:`floodway.clock.LedgerClock`); None: the ledger is on this host."""
+        ...
+
     def subscribe(self) -> ChangeReader:
         """A reader of the ledger's changes with a place of its own: it hears every change
         whoever else reads them (the dispatcher's :meth:`wait_for_change` included)."""
@@ -285,6 +322,10 @@ class Store(Protocol):
         """Tasks of a batch per status (empty: no such batch for this tenant)."""
         ...
 
+    async def batches(self, tenant: str, limit: int) -> list[BatchCounts]:
+        """The tenant's ``limit`` newest batches (by their newest task), newest first."""
+        ...
+
     async def spend(self, query: SpendQuery) -> SpendReport:
         """The spend ledger: what billed calls cost and what dedupe saved."""
         ...
@@ -313,6 +354,19 @@ class Store(Protocol):
         """Extend the leases given as (task_id, lease_token); report the ones we lost."""
         ...
 
+    async def worker_beat(self, worker: WorkerInfo, now: float, stale_s: float) -> None:
+        """Record that ``worker`` lives at ``now`` (its row written the first time); forget
+        the workers whose last beat is older than ``stale_s``."""
+        ...
+
+    async def worker_gone(self, owner: str) -> None:
+        """The worker stopped: its row goes."""
+        ...
+
+    async def workers(self, since: float) -> list[WorkerInfo]:
+        """The workers that beat at ``since`` or later, each with the tasks it holds."""
+        ...
+
     async def set_upstream_ref(self, task_id: str, lease_token: str, ref: str, now: float) -> bool:
         """Record the upstream job id durably before waiting on it."""
         ...
@@ -334,6 +388,12 @@ class Store(Protocol):
 
     async def claim_parked(self, params: ClaimParams) -> list[Task]:
         """Take the lease of parked tasks due for a poll (the attempt count is unchanged)."""
+        ...
+
+    async def hasten_parked(self, kind: str, ratio: float, now: float) -> int:
+        """Bring the next poll of each parked task of ``kind`` forward to at most ``ratio`` x
+        its job's age from ``now`` (news that shortens the schedule: the kind's first job
+        seen finished); how many moved."""
         ...
 
     async def next_parked_at(self) -> float | None: ...

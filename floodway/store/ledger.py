@@ -11,6 +11,7 @@ The verbs here build parameters and rows; the decisions are the rules'
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ from floodway.core.states import TERMINAL, Status, check_transition
 from floodway.core.task import Candidate, NewTask, Submitted, Task
 from floodway.store import rules
 from floodway.store.base import (
+    BatchCounts,
     BatchKey,
     BudgetUse,
     ChangeListener,
@@ -41,6 +43,8 @@ from floodway.store.base import (
     TaskChange,
     TaskEvent,
     TaskQuery,
+    WorkerInfo,
+    WorkerTask,
 )
 from floodway.store.group import Write, Written
 from floodway.store.openai_records import LedgerOpenAIRecords
@@ -174,6 +178,40 @@ class Ledger(LedgerOpenAIRecords, ABC):
         rows = await self._all("batch_counts", batch_id=batch_id, tenant=tenant)
         return {r["status"]: r["count"] for r in rows}
 
+    async def worker_beat(self, worker: WorkerInfo, now: float, stale_s: float) -> None:
+        await self._write(lambda _: rules.worker_beat(worker, now, stale_s))
+
+    async def worker_gone(self, owner: str) -> None:
+        await self._write(lambda _: count("worker_gone", owner=owner))
+
+    async def workers(self, since: float) -> list[WorkerInfo]:
+        held: dict[str, list[WorkerTask]] = {}
+        for r in await self._all("worker_tasks", since=since):
+            task = WorkerTask(r["id"], r["kind"], r["tenant"], int(r["attempts"]), r["attempt_at"])
+            held.setdefault(r["lease_owner"], []).append(task)
+        return [
+            WorkerInfo(
+                owner=r["owner"],
+                host=r["host"],
+                pid=int(r["pid"]),
+                concurrency=int(r["concurrency"]),
+                kinds=tuple(json.loads(r["kinds"])),
+                started_at=float(r["started_at"]),
+                heartbeat_at=float(r["heartbeat_at"]),
+                tasks=tuple(held.get(r["owner"], ())),
+            )
+            for r in await self._all("list_workers", since=since)
+        ]
+
+    async def batches(self, tenant: str, limit: int) -> list[BatchCounts]:
+        found: dict[str, BatchCounts] = {}
+        for r in await self._all("list_batches", tenant=tenant, limit=limit):
+            batch = found.setdefault(
+                r["batch_id"], BatchCounts(r["batch_id"], float(r["created_at"]), {})
+            )
+            batch.counts[r["status"]] = int(r["count"])
+        return list(found.values())
+
     async def spend(self, query: SpendQuery) -> SpendReport:
         params = {"tenant": query.tenant, "kind": query.kind, "since": query.since}
         lines = tuple(
@@ -247,6 +285,10 @@ class Ledger(LedgerOpenAIRecords, ABC):
         args = {**claim_args(params), "kinds": params.kinds, "limit": params.limit}
         rows = await self._write(lambda _: all_rows("claim_parked", **args))
         return [task_from_row(r) for r in rows]
+
+    async def hasten_parked(self, kind: str, ratio: float, now: float) -> int:
+        params = {"kind": kind, "ratio": ratio, "now": now}
+        return await self._write(lambda _: count("hasten_parked", **params))
 
     async def next_parked_at(self) -> float | None:
         row = await self._one("next_parked_at")

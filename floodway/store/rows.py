@@ -92,7 +92,7 @@ def candidate_from_row(row: Mapping[str, Any]) -> Candidate:
         row["id"],
         row["kind"],
         row["tenant"],
-        Lane(row["lane"]),
+        Lane.of_rank(row["lane_rank"]),
         row["cost_estimated"],
         row["seq"],
         row["created_at"],

@@ -32,6 +32,7 @@ from enum import Enum
 from functools import cached_property
 from typing import Any
 
+from floodway.core.changes import ended_for_waiters
 from floodway.core.errors import (
     AdmissionRefused,
     AttemptStillOpen,
@@ -51,6 +52,7 @@ from floodway.store.base import (
     Purged,
     Retention,
     TaskChange,
+    WorkerInfo,
 )
 from floodway.store.rows import (
     claim_args,
@@ -608,6 +610,22 @@ def heartbeat(
     return HeartbeatResult(lost, cancel)
 
 
+def worker_beat(worker: WorkerInfo, now: float, stale_s: float) -> Rule[None]:
+    """A worker's row written (its heartbeat, the rest the first time); the rows of workers
+    silent for ``stale_s`` (they died without saying so) dropped."""
+    yield from count(
+        "worker_beat",
+        owner=worker.owner,
+        host=worker.host,
+        pid=worker.pid,
+        concurrency=worker.concurrency,
+        kinds=dumps(list(worker.kinds)),
+        started_at=worker.started_at,
+        now=now,
+    )
+    yield from count("drop_stale_workers", stale=now - stale_s)
+
+
 # -- dispatch and retention ------------------------------------------------------------------
 
 
@@ -766,14 +784,7 @@ def cancel(task_id: str, tenant: str | None, now: float, changes: list[TaskChang
             yield from count("request_cancel_running", id=task_id, now=now)
             return (yield from load(task_id))
         # Others wait for this work: this task ends now, its call goes on for them.
-        item = Completion(
-            task_id,
-            Status.CANCELLED,
-            Status.RUNNING,
-            task.lease_token,
-            error=error,
-            keep_attempt=True,
-        )
+        item = ended_for_waiters(task, Status.CANCELLED, error)
         if not (yield from complete_one(item, now, changes)).applied:
             raise IllegalTransition(task.status, Status.CANCELLED, "the task changed meanwhile")
         return (yield from load(task_id))

@@ -19,12 +19,15 @@ import dataclasses
 import heapq
 import itertools
 import logging
+import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
 from floodway.clock import wait_event
 from floodway.config import WorkerConfig
 from floodway.context import Context
+from floodway.core import changes
 from floodway.core.errors import Unavailable
 from floodway.core.outcome import Applied, Completion, Failed, Parked
 from floodway.core.owners import owner_name
@@ -33,7 +36,7 @@ from floodway.core.task import ErrorClass, ErrorInfo, Task, new_token
 from floodway.kinds import UNBOUNDED_CALL_S
 from floodway.limits.base import Permit, Settlement
 from floodway.runtime import Runtime
-from floodway.store.base import ClaimParams, ReadyQuery
+from floodway.store.base import ClaimParams, ReadyQuery, WorkerInfo
 from floodway.worker.completer import Completer
 from floodway.worker.executor import execute
 from floodway.worker.upstream import UpstreamPoller
@@ -41,6 +44,9 @@ from floodway.worker.upstream import UpstreamPoller
 log = logging.getLogger("floodway.worker")
 
 _DEFAULTS = WorkerConfig()
+#: a worker writes its row (GET /v1/workers) this often; a row silent for a day is dropped
+WORKER_BEAT_S = 5.0
+WORKER_STALE_S = 86400.0
 #: open attempts whose provider slots a starting worker holds again, at most
 OPEN_ATTEMPTS_HELD = 10_000
 #: the pause before an outcome the ledger did not take is written again (doubling), at most
@@ -108,6 +114,8 @@ class Worker:
         #: the last pass admitted nothing: until then, look at the slot counts before listing
         #: again (None: not blocked)
         self._blocked_until: float | None = None
+        #: the last claim took every ready task: nothing waits for a slot
+        self._nothing_waits = False
         self.completed = 0
         self.completer = Completer(runtime.store, runtime.clock)
         #: retries this worker scheduled (a heap of due times): the idle wait ends at the
@@ -131,6 +139,7 @@ class Worker:
             asyncio.create_task(self._dispatch_loop(), name="floodway-dispatch"),
             asyncio.create_task(self._heartbeat_loop(), name="floodway-heartbeat"),
             asyncio.create_task(self.poller.run(), name="floodway-upstream"),
+            asyncio.create_task(self._beat_loop(), name="floodway-worker-beat"),
         ]
 
     async def stop(self, grace_s: float | None = None) -> None:
@@ -157,6 +166,10 @@ class Worker:
         for loop in self._loops:
             with contextlib.suppress(asyncio.CancelledError):
                 await loop
+        try:
+            await self.runtime.store.worker_gone(self.owner)
+        except Exception as exc:  # its row goes stale and is dropped in a day
+            log.warning("could not remove worker %s from the ledger: %s", self.owner, exc)
 
     async def _hold_open_attempts(self) -> None:
         """In-process limits start empty: a process that restarts after a crash would
@@ -225,6 +238,9 @@ class Worker:
         return min(concurrency - running, 2 * concurrency - len(self.running))
 
     async def _idle_wait(self) -> None:
+        """Free slots and nothing claimable: wait for work (a submit or a change anywhere,
+        a provider slot given back, a retry due). A slot of this worker freed meanwhile is
+        no reason to look again: there were free ones already."""
         runtime = self.runtime
         timeout = self.options.idle_poll_s
         now = runtime.clock.now()
@@ -239,13 +255,11 @@ class Worker:
             wait_event(runtime.clock, runtime.hub.work_available, timeout)
         )
         remote = asyncio.ensure_future(runtime.store.wait_for_change(timeout))
-        freed = asyncio.ensure_future(self._slot_freed.wait())
         try:
-            await asyncio.wait({local, remote, freed}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({local, remote}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for f in (local, remote, freed):
+            for f in (local, remote):
                 f.cancel()
-            self._slot_freed.clear()
 
     async def _claim(self, limit: int) -> int:
         runtime = self.runtime
@@ -262,12 +276,15 @@ class Worker:
             blocked = self._blocked_until is not None and now < self._blocked_until
             if blocked and await runtime.admission.saturated(kinds):
                 return 0
-            ready = await runtime.store.ready(ReadyQuery(kinds, now, max(limit, 16)))
+            listed = max(limit, 16)
+            ready = await runtime.store.ready(ReadyQuery(kinds, now, listed))
             if not ready:
                 self._blocked_until = None
+                self._nothing_waits = True
                 return 0
             admitted = await runtime.admission.admit(ready, now, limit=limit)
             permits = {p.task_id: p for p in admitted}
+            self._nothing_waits = len(ready) < listed and len(permits) == len(ready)
             if not permits:
                 self._blocked_until = now + self.options.idle_poll_s
                 return 0
@@ -289,6 +306,8 @@ class Worker:
             for permit in permits.values():
                 await runtime.admission.release(permit, now)
             raise
+        if not runtime.admission.limited:
+            self._nothing_waits = len(tasks) < limit
         got = {t.id for t in tasks}
         for task_id, permit in permits.items():
             if task_id not in got:
@@ -326,6 +345,7 @@ class Worker:
                 await self._hand_back(run)
                 return
             try:
+                run.permit = await runtime.admission.sending(run.permit)
                 try:
                     outcome = await execute(spec, run.ctx, runtime.policy, runtime.clock)
                 except asyncio.CancelledError:
@@ -346,8 +366,11 @@ class Worker:
             message = f"the handler parked on {outcome.ref}, but kind {spec.name!r} has no poll"
             outcome = Failed(ErrorInfo(ErrorClass.FATAL, "not_pollable", message))
         runtime.upstream_counts.record(outcome)
-        item = runtime.decide(run.task, outcome, runtime.clock.now(), run.ctx.billed)
+        now = runtime.clock.now()
+        item = runtime.decide(run.task, outcome, now, run.ctx.billed)
         failed = outcome if isinstance(outcome, Failed) else None
+        if failed is not None and self._retry_now(run.task, item, failed):
+            item = dataclasses.replace(item, next_attempt_at=now)
         in_progress = failed is not None and failed.in_progress
         settlement = Settlement(
             actual_cost=run.ctx.usage,
@@ -358,6 +381,22 @@ class Worker:
             reason=f"{failed.error.type}: {failed.error.message}" if failed is not None else "",
         )
         await asyncio.shield(self._finish(run, item, settlement))
+
+    def _retry_now(self, task: Task, item: Completion, failed: Failed) -> bool:
+        """A task's first failure, retried while nothing else waits for a slot: its backoff
+        would only leave the provider's free room idle (the last wave of a batch waiting on
+        one 5xx), so it goes again at once, through admission like any other. A throttle or a
+        Retry-After keeps its wait, and later retries back off: an outage still spreads
+        them."""
+        return (
+            self._nothing_waits
+            and item.to is Status.RETRYING
+            and item.next_attempt_at is not None
+            and task.attempts == 1
+            and not failed.throttled
+            and not failed.in_progress
+            and failed.retry_after is None
+        )
 
     async def _take_slot(self) -> bool:
         """A slot for the handler (claims are for free slots: one is there); False when the
@@ -370,15 +409,7 @@ class Worker:
 
     async def _hand_back(self, run: _Running) -> None:
         """Back to the queue, no attempt spent: never started, or torn down by stop()."""
-        item = Completion(
-            run.task.id,
-            Status.RETRYING,
-            Status.RUNNING,
-            run.task.lease_token,
-            error=None,
-            next_attempt_at=self.runtime.clock.now(),
-            refund_attempt=True,
-        )
+        item = changes.handed_back(run.task, self.runtime.clock.now())
         self._writing += 1
         await asyncio.shield(self._finish(run, item, Settlement()))
 
@@ -392,11 +423,12 @@ class Worker:
         runtime = self.runtime
         try:
             await runtime.admission.settle(run.permit, settlement, runtime.clock.now())
-            # The provider slot is free now: let the dispatcher admit the next task while the
+            # The provider slot is free now: let the dispatchers admit the next task while the
             # outcome is still being written, rather than after (and without first counting
-            # slots: this one was just given back).
+            # slots: this one was just given back). Without limits a slot frees nothing.
             self._blocked_until = None
-            runtime.hub.work_available.set()
+            if runtime.admission.limited:
+                runtime.hub.work_available.set()
             if run.fenced:
                 log.warning("task %s: lease lost, result dropped", run.task.id)
                 return
@@ -483,6 +515,25 @@ class Worker:
             self.running.pop(run.task.id, None)
             self._writing -= 1
             self._slot_freed.set()
+
+    # -- what GET /v1/workers shows --------------------------------------------------------------
+    async def _beat_loop(self) -> None:
+        runtime = self.runtime
+        info = WorkerInfo(
+            owner=self.owner,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            concurrency=self.options.concurrency,
+            kinds=runtime.kinds.names(),
+            started_at=runtime.clock.now(),
+            heartbeat_at=runtime.clock.now(),
+        )
+        while True:
+            try:
+                await runtime.store.worker_beat(info, runtime.clock.now(), WORKER_STALE_S)
+            except Exception as exc:  # the ledger is away: the next beat tries again
+                log.warning("worker beat failed: %s", exc)
+            await runtime.clock.sleep(WORKER_BEAT_S)
 
     # -- leases -------------------------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:

@@ -230,6 +230,7 @@ WHERE tasks.waits_for = %(waits_for)s AND tasks.status = 'queued';
 -- Up to the limit of ready tasks of EACH tenant with work, so admission control can take turns.
 -- The recursive part is a skip-scan over tasks_ready_tenant (one index probe per tenant);
 -- the lateral part reads each tenant's queue in dispatch order along the same index.
+-- lane_rank, not lane: the lane a task is dispatched in may be one a waiter lent it.
 WITH RECURSIVE tenants(name) AS (
     SELECT min(tenant) FROM tasks
     WHERE status IN ('queued', 'retrying') AND waits_for IS NULL
@@ -239,7 +240,8 @@ WITH RECURSIVE tenants(name) AS (
               AND tenant > tenants.name)
     FROM tenants WHERE tenants.name IS NOT NULL
 )
-SELECT t.id, t.kind, t.tenant, t.lane, t.cost_estimated, t.seq, t.created_at, t.deadline_at
+SELECT t.id, t.kind, t.tenant, t.lane_rank, t.cost_estimated, t.seq, t.created_at,
+       t.deadline_at
 FROM tenants CROSS JOIN LATERAL (
     SELECT y.* FROM tasks y
     WHERE y.tenant = tenants.name AND y.status IN ('queued', 'retrying')
@@ -443,6 +445,12 @@ RETURNING *;
 -- name: next_parked_at
 SELECT min(next_attempt_at) AS at FROM tasks WHERE status = 'running' AND parked;
 
+-- name: hasten_parked
+UPDATE tasks
+SET next_attempt_at = %(now)s::float8 + %(ratio)s::float8 * (%(now)s::float8 - started_at)
+WHERE status = 'running' AND parked AND kind = %(kind)s AND started_at IS NOT NULL
+  AND next_attempt_at > %(now)s::float8 + %(ratio)s::float8 * (%(now)s::float8 - started_at);
+
 -- name: find_upstream
 SELECT * FROM tasks WHERE kind = %(kind)s AND upstream_ref = %(ref)s LIMIT 1;
 
@@ -632,6 +640,40 @@ SELECT status, count(*) AS count FROM tasks
 WHERE batch_id = %(batch_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 GROUP BY status;
 
+-- name: worker_beat
+INSERT INTO workers (owner, host, pid, concurrency, kinds, started_at, heartbeat_at)
+VALUES (%(owner)s, %(host)s, %(pid)s, %(concurrency)s, %(kinds)s, %(started_at)s, %(now)s)
+ON CONFLICT (owner) DO UPDATE SET heartbeat_at = excluded.heartbeat_at;
+
+-- name: drop_stale_workers
+DELETE FROM workers WHERE heartbeat_at < %(stale)s;
+
+-- name: worker_gone
+DELETE FROM workers WHERE owner = %(owner)s;
+
+-- name: list_workers
+SELECT owner, host, pid, concurrency, kinds, started_at, heartbeat_at FROM workers
+WHERE heartbeat_at >= %(since)s ORDER BY host, pid, owner;
+
+-- name: worker_tasks
+-- The tasks whose lease a listed worker holds: its calls in flight.
+SELECT t.lease_owner, t.id, t.kind, t.tenant, t.attempts, t.attempt_at FROM tasks t
+JOIN workers w ON t.lease_owner = w.owner
+WHERE t.lease_token IS NOT NULL AND w.heartbeat_at >= %(since)s
+ORDER BY t.attempt_at, t.seq;
+
+-- name: list_batches
+-- A tenant's newest batches (by their newest task), each one's tasks per status.
+WITH newest AS (
+    SELECT batch_id, max(seq) AS last_seq, min(created_at) AS created_at FROM tasks
+    WHERE tenant = %(tenant)s AND batch_id IS NOT NULL
+    GROUP BY batch_id ORDER BY max(seq) DESC LIMIT %(limit)s
+)
+SELECT n.batch_id, n.created_at, n.last_seq, t.status, count(*) AS count
+FROM newest n JOIN tasks t ON t.batch_id = n.batch_id AND t.tenant = %(tenant)s
+GROUP BY n.batch_id, n.created_at, n.last_seq, t.status
+ORDER BY n.last_seq DESC;
+
 -- -- this backend's own: change notices, liveness, migrations ---------------------------------
 
 -- Delivered at commit to every LISTENing store; the payload names the schema, so stores on
@@ -707,3 +749,7 @@ WHERE id = %(id)s AND tenant = %(tenant)s AND finished_at IS NOT NULL;
 
 -- name: forget_stream
 DELETE FROM stream_events WHERE task_id = %(id)s;
+
+-- The server's clock as it is now (not the transaction's start), for LedgerClock.
+-- name: server_time
+SELECT extract(epoch FROM clock_timestamp())::float8 AS now;

@@ -144,6 +144,7 @@ WHERE waits_for = :waits_for AND +status = 'queued';
 
 -- name: ready
 -- Up to :limit ready tasks of EACH tenant with work, so admission control can take turns.
+-- lane_rank, not lane: the lane a task is dispatched in may be one a waiter lent it.
 WITH RECURSIVE tenants(name) AS (
     SELECT min(tenant) FROM tasks INDEXED BY tasks_ready_tenant
     WHERE status IN ('queued', 'retrying') AND waits_for IS NULL
@@ -153,7 +154,8 @@ WITH RECURSIVE tenants(name) AS (
               AND tenant > tenants.name)
     FROM tenants WHERE tenants.name IS NOT NULL
 )
-SELECT t.id, t.kind, t.tenant, t.lane, t.cost_estimated, t.seq, t.created_at, t.deadline_at
+SELECT t.id, t.kind, t.tenant, t.lane_rank, t.cost_estimated, t.seq, t.created_at,
+       t.deadline_at
 FROM tenants JOIN tasks t ON t.seq IN (
     SELECT y.seq FROM tasks y INDEXED BY tasks_ready_tenant
     WHERE y.tenant = tenants.name AND y.status IN ('queued', 'retrying')
@@ -285,6 +287,11 @@ RETURNING *;
 
 -- name: next_parked_at
 SELECT min(next_attempt_at) AS at FROM tasks WHERE status = 'running' AND parked = 1;
+
+-- name: hasten_parked
+UPDATE tasks SET next_attempt_at = :now + :ratio * (:now - started_at)
+WHERE status = 'running' AND parked = 1 AND kind = :kind AND started_at IS NOT NULL
+  AND next_attempt_at > :now + :ratio * (:now - started_at);
 
 -- name: find_upstream
 SELECT * FROM tasks WHERE kind = :kind AND upstream_ref = :ref LIMIT 1;
@@ -467,6 +474,40 @@ ORDER BY seq DESC LIMIT :limit;
 SELECT status, count(*) AS count FROM tasks
 WHERE batch_id = :batch_id AND (:tenant IS NULL OR tenant = :tenant)
 GROUP BY status;
+
+-- name: worker_beat
+INSERT INTO workers (owner, host, pid, concurrency, kinds, started_at, heartbeat_at)
+VALUES (:owner, :host, :pid, :concurrency, :kinds, :started_at, :now)
+ON CONFLICT (owner) DO UPDATE SET heartbeat_at = excluded.heartbeat_at;
+
+-- name: drop_stale_workers
+DELETE FROM workers WHERE heartbeat_at < :stale;
+
+-- name: worker_gone
+DELETE FROM workers WHERE owner = :owner;
+
+-- name: list_workers
+SELECT owner, host, pid, concurrency, kinds, started_at, heartbeat_at FROM workers
+WHERE heartbeat_at >= :since ORDER BY host, pid, owner;
+
+-- name: worker_tasks
+-- The tasks whose lease a listed worker holds: its calls in flight.
+SELECT t.lease_owner, t.id, t.kind, t.tenant, t.attempts, t.attempt_at FROM tasks t
+JOIN workers w ON t.lease_owner = w.owner
+WHERE t.lease_token IS NOT NULL AND w.heartbeat_at >= :since
+ORDER BY t.attempt_at, t.seq;
+
+-- name: list_batches
+-- A tenant's newest batches (by their newest task), each one's tasks per status.
+WITH newest AS (
+    SELECT batch_id, max(seq) AS last_seq, min(created_at) AS created_at FROM tasks
+    WHERE tenant = :tenant AND batch_id IS NOT NULL
+    GROUP BY batch_id ORDER BY max(seq) DESC LIMIT :limit
+)
+SELECT n.batch_id, n.created_at, n.last_seq, t.status, count(*) AS count
+FROM newest n JOIN tasks t ON t.batch_id = n.batch_id AND t.tenant = :tenant
+GROUP BY n.batch_id, n.created_at, n.last_seq, t.status
+ORDER BY n.last_seq DESC;
 
 -- name: append_stream
 INSERT INTO stream_events (task_id, seq, data, at)
