@@ -43,16 +43,25 @@ def _chars(value: Any) -> int:
 
 
 def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    """A count as a lenient server reads it (``100``, ``100.0``, ``"100"``); None: none."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            return None
+    return value if isinstance(value, int) and value >= 0 else None
 
 
 def _output_budget(value: Any, default: int) -> int:
-    if isinstance(value, dict):
-        for name in OUTPUT_FIELDS:
-            budget = _count(value.get(name))
-            if budget is not None:
-                return budget
-    return default
+    """The request's output bound: the largest it names (which one a provider honours when
+    it names several is the provider's), else ``default``."""
+    named = [_count(value.get(name)) for name in OUTPUT_FIELDS] if isinstance(value, dict) else []
+    bounds = [b for b in named if b is not None]
+    return max(bounds) if bounds else default
 
 
 def model_max_output(model: str | None) -> int:
