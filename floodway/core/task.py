@@ -76,6 +76,8 @@ class Task:
     cost_actual: float | None = None
     #: held against the tenant's budget until the task ends (its estimate, priced)
     spend_hold: float = 0.0
+    #: what its calls billed above ``spend_hold`` (each call against the hold), summed
+    over_estimate: float = 0.0
     created_at: float = 0.0
     updated_at: float = 0.0
     started_at: float | None = None

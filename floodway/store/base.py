@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from floodway.core.outcome import Applied, Completion, Succeeded
+from floodway.core.outcome import Applied, Completion, Effect, Succeeded
 from floodway.core.spend import Budget, Charge
 from floodway.core.states import Status
 from floodway.core.task import Candidate, Lane, NewTask, Submitted, Task
@@ -153,6 +153,18 @@ class SpendLine:
     images: float
     calls: int  # billed calls
     deduped: int  # tasks that took another's result instead of a call
+    over_estimate: float  # what calls billed above the holds their tasks were admitted at
+
+
+@dataclass(frozen=True)
+class DueEffect:
+    """An effect of a completion waiting in the outbox: ``seq`` names it to
+    :meth:`Store.effect_done` and :meth:`Store.effect_retry`."""
+
+    seq: int
+    effect: Effect
+    attempts: int  # deliveries tried before
+    task: Task  # as it is now
 
 
 @dataclass(frozen=True)
@@ -396,6 +408,18 @@ class Store(Protocol):
         """state: 'delivered', 'failed' (gave up) or 'pending' (try again at ``next_at``)."""
         ...
 
+    async def due_effects(self, now: float, limit: int) -> list[DueEffect]:
+        """Completions' effects due now (written by the completion, in its transaction)."""
+        ...
+
+    async def effect_done(self, seq: int) -> None:
+        """Delivered (or given up): out of the outbox."""
+        ...
+
+    async def effect_retry(self, seq: int, due_at: float) -> None:
+        """Not delivered: try again at ``due_at`` (one more attempt counted)."""
+        ...
+
     # -- requests from people ---------------------------------------------------------------
     async def request_cancel(self, task_id: str, tenant: str | None, now: float) -> Task:
         """queued/retrying -> cancelled at once; running -> flag for its worker, or, when
@@ -470,6 +494,12 @@ class Store(Protocol):
 
     async def take_lead(self, name: str, owner: str, dead: str, now: float, ttl_s: float) -> bool:
         """Take the lead of ``name`` from ``dead`` (known dead), if it still holds it."""
+        ...
+
+    async def probe_write(self, now: float) -> None:
+        """A write the ledger must take (this process's own lease row, renewed): raises
+        :class:`~floodway.core.errors.StoreError` while it takes none (a full disk, a
+        read-only database), which a read alone does not show."""
         ...
 
     # -- liveness: a process's death is seen at once, not after its leases expire ----------

@@ -42,6 +42,7 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
         cost_estimated=row["cost_estimated"],
         cost_actual=row["cost_actual"],
         spend_hold=row["spend_hold"],
+        over_estimate=row["over_estimate"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         started_at=row["started_at"],

@@ -318,6 +318,7 @@ def record_spend(charges: Sequence[tuple[str, Charge | None]], now: float) -> Ru
     ]
     if rows:
         yield from count("insert_spend", rows=rows, at=now)
+        yield from count("note_over_estimate", rows=rows)
 
 
 def record_saved(pairs: Sequence[tuple[str, str]], now: float) -> Rule[None]:
@@ -325,6 +326,13 @@ def record_saved(pairs: Sequence[tuple[str, str]], now: float) -> Rule[None]:
     if pairs:
         rows = [{"task_id": task_id, "source": source} for task_id, source in pairs]
         yield from count("insert_saved", rows=rows, at=now)
+
+
+def record_effects(landed: Sequence[Completion], now: float) -> Rule[None]:
+    """The effects of the completions that landed, in the outbox, in their transaction."""
+    rows = [{"task_id": i.task_id, "effect": effect} for i in landed for effect in i.effects]
+    if rows:
+        yield from count("insert_effects", rows=rows, now=now)
 
 
 # -- the work rule --------------------------------------------------------------------------
@@ -455,6 +463,7 @@ def complete(
     moved = {r["id"]: r for r in (yield from complete_many(given, now))}
     # Before the work is released: a deduped waiter's saving is the cost written here.
     yield from record_spend([(i.task_id, i.charge) for i in items if i.task_id in moved], now)
+    yield from record_effects([i for i in items if i.task_id in moved], now)
     missed = [i for i in items if i.task_id not in moved]
     found: dict[str, Row] = {}
     if missed:
@@ -488,6 +497,7 @@ def complete_one(item: Completion, now: float, changes: list[TaskChange]) -> Rul
     yield from event(item.task_id, item.to, now, row["attempts"], _detail(item))
     changes.append(TaskChange(item.task_id, item.to, row["tenant"]))
     yield from record_spend([(item.task_id, item.charge)], now)
+    yield from record_effects([item], now)
     freed: tuple[str, ...] = ()
     if item.closes_attempt:
         freed = yield from release_work(

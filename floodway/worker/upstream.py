@@ -81,7 +81,6 @@ async def finish_upstream(
         still_running_s=None if item.orphan_until is None else item.orphan_until - now,
     )
     await runtime.admission.settle(permit_of(runtime, task), settlement, runtime.clock.now())
-    await runtime.after_completion(task, item, applied)
     return True
 
 

@@ -29,7 +29,7 @@ from floodway.config import WorkerConfig
 from floodway.context import Context
 from floodway.core import changes
 from floodway.core.errors import Unavailable
-from floodway.core.outcome import Completion, Failed, Parked
+from floodway.core.outcome import Applied, Completion, Failed, Parked
 from floodway.core.owners import owner_name
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task, new_token
@@ -49,6 +49,9 @@ WORKER_BEAT_S = 5.0
 WORKER_STALE_S = 86400.0
 #: open attempts whose provider slots a starting worker holds again, at most
 OPEN_ATTEMPTS_HELD = 10_000
+#: the pause before an outcome the ledger did not take is written again (doubling), at most
+OUTCOME_RETRY_FIRST_S = 0.05
+OUTCOME_RETRY_LONGEST_S = 2.0
 
 
 @dataclass
@@ -100,7 +103,11 @@ class Worker:
         self._slots = asyncio.Semaphore(self.options.concurrency)
         #: tasks of ``running`` whose handler has returned: their outcome is being written
         self._writing = 0
+        #: outcomes the ledger did not take, held and tried again (they count as running)
+        self._unwritten = 0
         self._stopping = asyncio.Event()
+        #: stopped past the grace period: outcomes the ledger does not take are let go
+        self._torn_down = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._confirming: set[asyncio.Task[None]] = set()
@@ -144,12 +151,14 @@ class Worker:
             loop.cancel()
         grace = self.options.grace_s if grace_s is None else grace_s
         jobs = [r.job for r in self.running.values() if r.job is not None]
+        pending: set[asyncio.Task[None]] = set()
         if jobs:
             _, pending = await asyncio.wait(jobs, timeout=grace)
-            for job in pending:
-                job.cancel()
-            if pending:
-                await asyncio.wait(pending)
+        self._torn_down.set()
+        for job in pending:
+            job.cancel()
+        if pending:
+            await asyncio.wait(pending)
         if self._confirming:
             await asyncio.wait(self._confirming)
         for loop in self._loops:
@@ -424,9 +433,9 @@ class Worker:
                 log.warning("task %s: lease lost, result dropped", run.task.id)
                 return
             try:
-                applied = await self.completer.write(item)
+                applied = await self._write_outcome(item)
             except Exception:
-                # The lease will expire and the sweeper will reconcile the task.
+                # A bug, not an outage: the lease will expire and the sweeper reconciles it.
                 log.exception("could not write the outcome of %s", run.task.id)
                 return
             if applied.applied and item.next_attempt_at is not None:
@@ -438,12 +447,43 @@ class Worker:
                     item.to.value,
                     applied.status,
                 )
-            await runtime.after_completion(run.task, item, applied)
             self.completed += 1
         finally:
             self.running.pop(run.task.id, None)
             self._writing -= 1
             self._slot_freed.set()
+
+    async def _write_outcome(self, item: Completion) -> Applied:
+        """Write ``item`` until the ledger takes it: an outcome in hand (a call the provider
+        may have billed) is never dropped. While the ledger takes no write (a full disk, a
+        read-only database, an outage) the task holds its worker slot (no claim for work
+        whose outcome could not be written either) and its lease (the heartbeat renews it as
+        soon as writes land again, before the sweeper could take it); the write is tried
+        again with backoff until it lands or the worker is stopped past its grace. Logged
+        once per outage, not once per outcome."""
+        pause = OUTCOME_RETRY_FIRST_S
+        held = False
+        try:
+            while True:
+                try:
+                    return await self.completer.write(item)
+                except Unavailable as exc:
+                    if self._torn_down.is_set():
+                        raise  # stopped past its grace: recovery decides, as after a crash
+                    if not held:
+                        held = True
+                        self._writing -= 1
+                        self._unwritten += 1
+                        if self._unwritten == 1:
+                            log.warning("the ledger takes no outcome, holding them: %s", exc)
+                await wait_event(self.runtime.clock, self._torn_down, pause)
+                pause = min(2 * pause, OUTCOME_RETRY_LONGEST_S)
+        finally:
+            if held:
+                self._writing += 1
+                self._unwritten -= 1
+                if self._unwritten == 0:
+                    log.warning("the ledger takes outcomes again")
 
     # -- upstream jobs ------------------------------------------------------------------------
     async def _park(self, run: _Running, park: Parked) -> None:
@@ -498,6 +538,7 @@ class Worker:
     # -- leases -------------------------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
         runtime = self.runtime
+        failing = False
         while True:
             await runtime.clock.sleep(self.options.heartbeat_s)
             leases = [
@@ -509,9 +550,15 @@ class Worker:
                 result = await runtime.store.heartbeat(
                     leases, runtime.clock.now(), self.options.lease_s
                 )
+            except Unavailable as exc:  # an outage: said once, tried again each round
+                if not failing:
+                    log.warning("heartbeats fail, retrying: %s", exc)
+                failing = True
+                continue
             except Exception:
                 log.exception("heartbeat failed")
                 continue
+            failing = False
             for task_id in result.lost:
                 run = self.running.get(task_id)
                 if run is not None:  # fencing: stop working for a lease we no longer hold

@@ -1018,6 +1018,41 @@ async def test_another_store_s_claim_wakes_nobody_but_its_outcome_does(backend: 
 # -- schema, migrations, opening --------------------------------------------------------------
 
 
+@pytest.mark.parametrize("batched", [False, True])
+async def test_a_completions_effects_are_written_with_it_and_delivered_once(
+    store: Store, batched: bool
+) -> None:
+    """A dead task's alert and a poison task's fallback are in the outbox the moment their
+    write lands, in its transaction (the one-row and the many-row write alike); a write that
+    does not land writes none."""
+    dead, poison, fine = [await run_one(store, n=n) for n in range(3)]
+    items = [
+        Completion(dead.id, S.DEAD, lease_token=dead.lease_token, error=fail()),
+        Completion(
+            poison.id,
+            S.FAILED,
+            lease_token=poison.lease_token,
+            error=ErrorInfo(ErrorClass.POISON, "invalid_output", "bad"),
+        ),
+        Completion(fine.id, S.SUCCEEDED, lease_token=fine.lease_token, result={"ok": 1}),
+        Completion(dead.id, S.DEAD, lease_token="stale", error=fail()),
+    ]
+    for chunk in [items[:3], items[3:]] if batched else [[i] for i in items]:
+        await store.complete(chunk, NOW + 1)
+    assert await store.due_effects(NOW, 10) == []  # due from the write on, not before
+    due = await store.due_effects(NOW + 1, 10)
+    assert sorted((e.task.id, e.effect, e.attempts) for e in due) == sorted(
+        [(dead.id, "alert", 0), (poison.id, "fallback", 0)]
+    )
+    assert {e.task.id: e.task.status for e in due} == {dead.id: S.DEAD, poison.id: S.FAILED}
+    alert = next(e for e in due if e.effect == "alert")
+    await store.effect_retry(alert.seq, NOW + 60)
+    await store.effect_done(next(e.seq for e in due if e.effect == "fallback"))
+    assert await store.due_effects(NOW + 2, 10) == []
+    (again,) = await store.due_effects(NOW + 60, 10)
+    assert (again.seq, again.attempts) == (alert.seq, 1)
+
+
 def test_every_sqlite_query_has_a_postgres_twin() -> None:
     sqlite = load_queries("floodway.store.sqlite")
     postgres = load_queries("floodway.store.postgres")
