@@ -20,9 +20,9 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from floodway.core.errors import InvalidInput
+from floodway.core.errors import InvalidJob
 from floodway.core.states import TERMINAL, Status
-from floodway.core.task import JSON, ErrorInfo
+from floodway.core.task import JSON, ErrorInfo, Lane
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _REF = re.compile(r"^\$\{steps\.([A-Za-z0-9_-]{1,64})\.(results|result((?:\.[^.{}]+)*))\}$")
@@ -36,15 +36,6 @@ class JobStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
-
-
-class InvalidJob(InvalidInput):
-    """A job definition floodway cannot run; ``step`` names the step at fault (None: the
-    job as a whole)."""
-
-    def __init__(self, step: str | None, message: str) -> None:
-        self.step = step
-        super().__init__(f"step {step!r}: {message}" if step is not None else message)
 
 
 @dataclass(frozen=True)
@@ -417,12 +408,12 @@ def next_moves(
         if deadline_at is not None:
             left = deadline_at - now
             if left <= 0:
-                return Moves(end=_planning_failed(s, "the job's deadline passed"))
+                return Moves(end=planning_failed(s.name, "the job's deadline passed"))
             deadline_s = left / job.chain_length(s.name)
         try:
             inputs = _inputs(s, values, max_items)
         except InvalidJob as exc:
-            return Moves(end=_planning_failed(s, str(exc)))
+            return Moves(end=planning_failed(s.name, exc.reason))
         expand.append((s.name, len(inputs)))
         start.extend(Start(s.name, i, v, deadline_s) for i, v in enumerate(inputs))
     return Moves(tuple(expand), tuple(start))
@@ -442,9 +433,10 @@ def _failure(spec: StepSpec, state: JobState, status: StepStatus) -> dict[str, J
     }
 
 
-def _planning_failed(spec: StepSpec, why: str) -> End:
-    message = why if why.startswith("step ") else f"step {spec.name!r}: {why}"
-    return End(JobStatus.FAILED, error={"step": spec.name, "message": message})
+def planning_failed(step: str, why: str) -> End:
+    """The end of a job whose step ``step`` cannot start (``why``)."""
+    error = {"step": step, "message": f"step {step!r}: {why}", "reason": why}
+    return End(JobStatus.FAILED, error=error)
 
 
 def _inputs(spec: StepSpec, values: Mapping[str, JSON], max_items: int) -> list[JSON]:
@@ -535,3 +527,46 @@ def progress(job: JobSpec, state: JobState) -> Progress:
         len(tasks),
         sum(t.status in TERMINAL for t in tasks),
     )
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What a caller asks for: the steps as sent (checked by :func:`parse_job`) and how to
+    run the job."""
+
+    steps: JSON
+    lane: Lane | str = Lane.BACKGROUND
+    #: the whole job's time limit, split across its remaining steps (None: each kind's)
+    deadline_s: float | None = None
+    metadata: dict[str, JSON] | None = None
+    #: POSTed once the job ends (through the outbox)
+    callback_url: str | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as the ledger holds it; its steps' tasks are in :class:`JobState`."""
+
+    id: str
+    tenant: str
+    status: JobStatus
+    lane: Lane
+    spec: JobSpec
+    created_at: float
+    updated_at: float
+    #: the job's whole time limit (None: each step's kind's), and when it ends
+    deadline_s: float | None = None
+    deadline_at: float | None = None
+    finished_at: float | None = None
+    metadata: dict[str, JSON] = field(default_factory=dict)
+    callback_url: str | None = None
+    callback_state: str | None = None
+    callback_attempts: int = 0
+    #: the results of the steps nothing depends on, by step
+    result: JSON = None
+    error: dict[str, JSON] | None = None
+    seq: int = 0
+
+    @property
+    def ended(self) -> bool:
+        return self.status is not JobStatus.RUNNING

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from floodway.core.jobs import Job, Start
 from floodway.core.outcome import Applied, Completion, Succeeded
 from floodway.core.spend import Budget, Charge
 from floodway.core.states import Status
@@ -160,6 +161,22 @@ class Leader:
 
 
 ChangeListener = Callable[[Sequence[TaskChange]], None]
+
+
+class JobPlanner(Protocol):
+    """What turns a job's next step into a task: the kind's defaults, cost and price (the
+    runtime's: the ledger knows no kinds), and the time it is written at."""
+
+    @property
+    def max_items(self) -> int:
+        """The most tasks one ``for_each`` step may fan out to."""
+        ...
+
+    def now(self) -> float: ...
+
+    def task(self, job: Job, start: Start) -> NewTask:
+        """The step's task; raises a FloodwayError for an input its kind refuses."""
+        ...
 
 
 class ChangeReader(Protocol):

@@ -42,6 +42,7 @@ from floodway.store.base import (
     TaskQuery,
 )
 from floodway.store.group import Write, Written
+from floodway.store.jobs import LedgerJobs
 from floodway.store.openai_records import LedgerOpenAIRecords
 from floodway.store.rows import (
     candidate_from_row,
@@ -56,7 +57,7 @@ from floodway.store.steps import Query, Row, Rule, all_rows, count, one
 T = TypeVar("T")
 
 
-class Ledger(LedgerOpenAIRecords, ABC):
+class Ledger(LedgerOpenAIRecords, LedgerJobs, ABC):
     url: str
 
     def __init__(self, url: str) -> None:
@@ -85,7 +86,7 @@ class Ledger(LedgerOpenAIRecords, ABC):
         merge: rules.Submission | None = None,
     ) -> T:
         """Run a write; this process's listeners hear of its changes after the commit."""
-        done = await self._commit(Write(rule, wake, merge))
+        done = await self._commit(Write(self.advancing(rule), wake, merge))
         if done.error is not None:
             raise done.error
         if done.changes:
