@@ -3,15 +3,18 @@ names the step, with nothing written; a job is its tenant's alone."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
+from contextlib import AsyncExitStack
 from typing import Any
 
 import httpx
 import pytest
 
 from floodway import Context, FatalError
-from tests.integration.conftest import StartApi
+from tests.integration.conftest import StartApi, eventually
+from tests.integration.test_api_webhooks_out import Receiver, serve_receiver, verify
 from tests.unit.test_jobs_model import INVALID
 
 PROBLEM = "urn:floodway:problem:"
@@ -188,3 +191,31 @@ async def test_the_openapi_document_declares_the_jobs_routes(start_api: StartApi
     assert set(paths["/v1/jobs/{job_id}"]) == {"get", "delete"}
     assert "post" in paths["/v1/jobs/{job_id}/retry"]
     assert "get" in paths["/v1/jobs/{job_id}/events"]
+
+
+async def test_a_jobs_callback_is_called_once_at_its_end(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    receiver = Receiver(failures=1)
+    url = await serve_receiver(api_stack, receiver)
+    api = await start_api(keys={"k-acme": "acme"}, handlers=handlers(Counter(), set()))
+    http = await api.client("k-acme")
+    body = {**JOB, "callback_url": url}
+    job = (await http.post("/v1/jobs", json=body)).json()
+    async with asyncio.timeout(20):
+        await receiver.got_one.wait()
+
+    async def delivered() -> bool:
+        found = await api.fw.runtime.jobs.get_job(job["id"], "acme")
+        return found is not None and found[0].callback_state == "delivered"
+
+    await eventually(delivered)  # nothing is delivered after this
+    assert len(receiver.calls) == 2  # one refused, then delivered: one message
+    assert len({headers["webhook-id"] for headers, _ in receiver.calls}) == 1
+    headers, raw = receiver.calls[-1]
+    assert verify("k-acme", headers, raw)
+    payload = json.loads(raw)
+    assert payload["type"] == "job.succeeded" and payload["data"]["id"] == job["id"]
+    assert payload["data"]["result"] == {"join": {"all": ["P0", "P1", "P2"]}}
+    tasks = (await http.get("/v1/tasks")).json()["items"]
+    assert all(t.get("callback_url") is None for t in tasks)  # the steps call nobody
