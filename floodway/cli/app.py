@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from floodway.app import Floodway
 from floodway.cli.batch import register as register_batch
+from floodway.cli.jobs import app as jobs_app
 from floodway.cli.remote import exit_with_error
 from floodway.cli.remote import register as register_remote
 from floodway.clock import SystemClock
@@ -353,6 +354,7 @@ def serve_http(
 
 register_remote(app)
 register_batch(app)
+app.add_typer(jobs_app, name="job")
 
 
 def main() -> None:
