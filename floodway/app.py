@@ -429,10 +429,10 @@ class Floodway:
     async def wait_job(
         self, job_id: str, timeout: float | None = None, *, tenant: str | None = None
     ) -> dict[str, Any]:
-        """Wait until the job has ended (woken by every change to the ledger)."""
+        """Wait until the job has ended: woken by its end as :meth:`wait` is by a task's."""
         await self.open()
         hub = self.runtime.hub
-        event = hub.watch_all()
+        event = hub.watch(job_id)
         self.follow_changes()
         give_up = None if timeout is None else self.clock.now() + timeout
         try:
@@ -449,7 +449,7 @@ class Floodway:
                     raise WaitTimeout(f"job {job_id} still running after {timeout}s")
                 await wait_event(self.clock, event, left)
         finally:
-            hub.unwatch_all(event)
+            hub.unwatch(job_id, event)
 
     # -- running -----------------------------------------------------------------------------
     @asynccontextmanager

@@ -23,6 +23,7 @@ from floodway.core.errors import (
     InvalidJob,
 )
 from floodway.core.jobs import (
+    JOB_PREFIX,
     Job,
     JobRequest,
     JobState,
@@ -320,7 +321,7 @@ class Runtime:
             check_callback_host(request.callback_url, gate.callback_hosts)
         now = self.clock.now()
         job = Job(
-            id=new_id(now, prefix="j"),
+            id=new_id(now, prefix=JOB_PREFIX[:-1]),
             tenant=tenant,
             status=JobStatus.RUNNING,
             lane=lane,

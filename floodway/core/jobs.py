@@ -26,6 +26,8 @@ from floodway.core.task import JSON, ErrorInfo, Lane
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _REF = re.compile(r"^\$\{steps\.([A-Za-z0-9_-]{1,64})\.(results|result((?:\.[^.{}]+)*))\}$")
+#: a job id's (a task's is "t_")
+JOB_PREFIX = "j_"
 ITEM = "${item}"
 INDEX = "${index}"
 _STEP_KEYS = frozenset({"name", "kind", "input", "after", "for_each", "optional"})

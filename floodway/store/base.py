@@ -263,7 +263,8 @@ class Store(Protocol):
         ...
 
     async def ended(self, task_ids: Sequence[str]) -> set[str]:
-        """Which of ``task_ids`` are terminal (one read for a whole set of waiters)."""
+        """Which of ``task_ids`` are terminal (one read for a whole set of waiters); a job's id
+        among them is there once the job ended."""
         ...
 
     # -- submit and read -------------------------------------------------------------------

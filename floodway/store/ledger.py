@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from floodway.core.errors import IllegalTransition
+from floodway.core.jobs import JOB_PREFIX
 from floodway.core.outcome import Applied, Completion, Succeeded
 from floodway.core.owners import new_identity
 from floodway.core.spend import Budget, Charge
@@ -145,8 +146,12 @@ class Ledger(LedgerOpenAIRecords, LedgerJobs, ABC):
         return bool(await self._write(rule))
 
     async def ended(self, task_ids: Sequence[str]) -> set[str]:
-        rows = await self._all("attempts_of_ids", ids=list(task_ids))
-        return {r["id"] for r in rows if Status(r["status"]) in TERMINAL}
+        jobs = [i for i in task_ids if i.startswith(JOB_PREFIX)]  # a job's waiters' too
+        rows = await self._all("attempts_of_ids", ids=[i for i in task_ids if i not in jobs])
+        found = {r["id"] for r in rows if Status(r["status"]) in TERMINAL}
+        if jobs:
+            found.update(r["id"] for r in await self._all("jobs_ended", ids=jobs))
+        return found
 
     async def list_tasks(self, query: TaskQuery) -> list[Task]:
         return await self._tasks(list_query(query), **list_params(query))

@@ -665,7 +665,7 @@ def advance_job(
         if end is not None:
             if strict and end.error is not None and "reason" in end.error:
                 raise InvalidJob(str(end.error["step"]), str(end.error["reason"]))
-            yield from _end_job(job_id, end, now)
+            yield from _end_job(job, end, now, changes)
             return created
         if not moves.expand:
             return created
@@ -686,15 +686,17 @@ def advance_job(
         state = JobState(sizes, tasks)
 
 
-def _end_job(job_id: str, end: End, now: float) -> Rule[int]:
-    return count(
+def _end_job(job: Job, end: End, now: float, changes: list[TaskChange]) -> Rule[None]:
+    ended = yield from count(
         "end_job",
-        id=job_id,
+        id=job.id,
         status=end.status.value,
         result=dumps(end.result),
         error=dumps(end.error),
         now=now,
     )
+    if ended:  # who waits for the job hears of its end as of a task's (its statuses are theirs)
+        changes.append(TaskChange(job.id, Status(end.status.value), job.tenant))
 
 
 def cancel_job(
@@ -706,7 +708,7 @@ def cancel_job(
     if job.ended:
         raise IllegalTransition(job.status.value, "cancelled", "the job has ended already")
     end = End(JobStatus.CANCELLED, error={"step": None, "message": "cancelled by request"})
-    yield from _end_job(job_id, end, now)
+    yield from _end_job(job, end, now, changes)
     asked = []
     for row in (yield from all_rows("job_tasks", job_id=job_id)):
         if Status(row["status"]) in TERMINAL:

@@ -36,6 +36,9 @@ UPDATE job_tasks SET task_id = %(new_task_id)s WHERE task_id = %(task_id)s;
 SELECT DISTINCT job_id FROM job_tasks WHERE task_id = ANY(%(ids)s::text[])
 ORDER BY job_id;
 
+-- name: jobs_ended
+SELECT id FROM jobs WHERE id = ANY(%(ids)s::text[]) AND status <> 'running';
+
 -- name: end_job
 UPDATE jobs SET status = %(status)s, result = %(result)s, error = %(error)s, finished_at = %(now)s,
     updated_at = %(now)s,

@@ -36,6 +36,9 @@ UPDATE job_tasks SET task_id = :new_task_id WHERE task_id = :task_id;
 SELECT DISTINCT job_id FROM job_tasks WHERE task_id IN (SELECT value FROM json_each(:ids))
 ORDER BY job_id;
 
+-- name: jobs_ended
+SELECT id FROM jobs WHERE id IN (SELECT value FROM json_each(:ids)) AND status <> 'running';
+
 -- name: end_job
 UPDATE jobs SET status = :status, result = :result, error = :error, finished_at = :now,
     updated_at = :now,
