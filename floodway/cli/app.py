@@ -285,12 +285,22 @@ def demo(
     ] = False,
     images: Annotated[int, typer.Option(min=1, help="how many images")] = 200,
     latency_ms: Annotated[float | None, typer.Option("--latency-ms", min=1)] = None,
+    job: Annotated[
+        bool,
+        typer.Option(
+            "--job", help="the editor's chain as one multi-step job, with a SIGKILL in the middle"
+        ),
+    ] = False,
 ) -> None:
     """The 200-image batch against a simulated image API (offline, no setup)."""
     from floodway.cli.demo import DemoOptions, run_demo
 
-    latency = latency_ms or (20_000.0 if realistic else 1_500.0)
     out = Console()
+    if job:
+        from floodway.cli.job_demo import run_job_demo
+
+        raise typer.Exit(run(run_job_demo(out, latency_ms or 300.0)))
+    latency = latency_ms or (20_000.0 if realistic else 1_500.0)
     code = run(run_demo(DemoOptions(images=images, latency_ms=latency), out))
     raise typer.Exit(code)
 

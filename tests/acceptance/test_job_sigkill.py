@@ -30,7 +30,8 @@ KEY = "secret-key"
 
 
 def write_config(tmp: Path, database: str, sim_url: str) -> Path:
-    """Three resources with different caps; every kind calls the simulator, with its key."""
+    """Three resources with different caps; every kind calls the simulator, with its key (a
+    call cut by a kill holds its provider slot until its timeout could have passed)."""
     kinds = "".join(
         f"""
 [kinds.{kind}]
@@ -39,6 +40,7 @@ resource = "{resource}"
 url = "{sim_url}/generate"
 lookup_url = "{sim_url}/jobs?idempotency_key={{key}}"
 options = {{ idempotent = true }}
+timeout = "5s"
 """
         for kind, resource in (
             ("understand", "vision"),
@@ -108,6 +110,7 @@ def finished(job: dict[str, Any]) -> dict[str, str]:
     }
 
 
+@pytest.mark.timeout(60 + 15 * KILLS)
 async def test_floodway_serve_sigkilled_mid_job_completes_it_billing_each_step_once(
     tmp_path: Path,
 ) -> None:
@@ -152,6 +155,7 @@ async def test_floodway_serve_sigkilled_mid_job_completes_it_billing_each_step_o
         assert ledger.total == KILLS * TASKS
 
 
+@pytest.mark.timeout(60 + 15 * KILLS)
 async def test_floodway_worker_on_postgresql_sigkilled_mid_jobs_completes_them_once(
     tmp_path: Path,
 ) -> None:
