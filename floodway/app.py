@@ -383,8 +383,7 @@ class Floodway:
         ``GET /v1/jobs/{id}`` shows it: its first steps' tasks are queued with it."""
         await self.open()
         request = JobRequest(steps, lane, deadline_s, metadata, callback_url)
-        job = await self.runtime.submit_job(request, tenant=tenant)
-        return await self.get_job(job.id, tenant=tenant)
+        return job_json(*await self.runtime.submit_job(request, tenant=tenant))
 
     async def get_job(self, job_id: str, *, tenant: str | None = None) -> dict[str, Any]:
         """A job: its status, each step's tasks and statuses, progress, result or error."""

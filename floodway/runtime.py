@@ -299,7 +299,7 @@ class Runtime:
 
     async def submit_job(
         self, request: JobRequest, *, tenant: str = "default", gate: Gate | None = None
-    ) -> Job:
+    ) -> tuple[Job, JobState]:
         """A job enters the ledger the way a task does: checked first (its definition, then
         each first step's task as a submit checks it), then the gate's one token, then one
         write of the job and its first steps' tasks under the tenant's budget."""

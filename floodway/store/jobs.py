@@ -26,8 +26,9 @@ class JobRecords(Protocol):
         ended, in its own transaction (the planner makes their tasks)."""
         ...
 
-    async def submit_job(self, job: Job, budget: Budget | None) -> Job:
-        """The job and its first steps' tasks in one transaction, or nothing."""
+    async def submit_job(self, job: Job, budget: Budget | None) -> tuple[Job, JobState]:
+        """The job and its first steps' tasks in one transaction, or nothing; the job as
+        written."""
         ...
 
     async def get_job(self, job_id: str, tenant: str | None) -> tuple[Job, JobState] | None: ...
@@ -96,7 +97,7 @@ class LedgerJobs(ABC):
             raise RuntimeError("this ledger has no job planner (Floodway.open sets it)")
         return self._planner
 
-    async def submit_job(self, job: Job, budget: Budget | None) -> Job:
+    async def submit_job(self, job: Job, budget: Budget | None) -> tuple[Job, JobState]:
         planner = self.planner
         return await self._write(lambda changes: rules.submit_job(job, planner, budget, changes))
 

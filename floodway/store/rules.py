@@ -607,7 +607,7 @@ def close_attempt(
 
 def submit_job(
     job: Job, planner: JobPlanner, budget: Budget | None, changes: list[TaskChange]
-) -> Rule[Job]:
+) -> Rule[tuple[Job, JobState]]:
     """A job and its first steps' tasks, or nothing: a step whose input its kind refuses is
     InvalidJob naming it, and the tasks' holds must fit the tenant's budget."""
     now = planner.now()
@@ -616,7 +616,7 @@ def submit_job(
     needed = sum(t.spend_hold for t in created if not t.terminal)
     if budget is not None and needed > 0:
         yield from _check_budget(job.tenant, budget, now, needed)
-    return (yield from load_job(job.id))
+    return (yield from load_job(job.id)), (yield from job_state(job.id))
 
 
 def load_job(job_id: str, tenant: str | None = None, *, lock: bool = False) -> Rule[Job]:

@@ -24,7 +24,7 @@ from floodway.core.errors import JobNotFound, TaskNotFound
 from floodway.core.jobs import Job, JobRequest, JobStatus
 from floodway.core.task import Lane
 from floodway.core.validation import MAX_DEADLINE_S
-from floodway.wire.jobs import JobOut
+from floodway.wire.jobs import JobOut, job_json
 from floodway.wire.tasks import timestamp
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -127,9 +127,8 @@ def _summary(job: Job) -> JobSummaryOut:
 async def submit_job(body: JobIn, tenant: Tenant, state: State) -> Response:
     """Check the job (each refusal names its step: `invalid-job`), queue its first steps,
     answer at once (202)."""
-    fw = state.fw
-    job = await fw.runtime.submit_job(body.request(), tenant=tenant, gate=state.gate)
-    return json_response(await fw.get_job(job.id, tenant=tenant), 202)
+    written = await state.fw.runtime.submit_job(body.request(), tenant=tenant, gate=state.gate)
+    return json_response(job_json(*written), 202)
 
 
 @router.get("", response_model=JobPage, summary="List jobs", responses=problems(401, 422))
