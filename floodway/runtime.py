@@ -321,7 +321,7 @@ class Runtime:
             check_callback_host(request.callback_url, gate.callback_hosts)
         now = self.clock.now()
         job = Job(
-            id=new_id(now, prefix=JOB_PREFIX[:-1]),
+            id=new_id(now, prefix=JOB_PREFIX.removesuffix("_")),
             tenant=tenant,
             status=JobStatus.RUNNING,
             lane=lane,

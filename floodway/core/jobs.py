@@ -28,6 +28,8 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _REF = re.compile(r"^\$\{steps\.([A-Za-z0-9_-]{1,64})\.(results|result((?:\.[^.{}]+)*))\}$")
 #: a job id's (a task's is "t_")
 JOB_PREFIX = "j_"
+#: the id of a job's step's task: a write that ended only other tasks has no job to advance
+STEP_PREFIX = "s_"
 ITEM = "${item}"
 INDEX = "${index}"
 _STEP_KEYS = frozenset({"name", "kind", "input", "after", "for_each", "optional"})

@@ -44,6 +44,7 @@ from floodway.core.errors import (
     TaskNotFound,
 )
 from floodway.core.jobs import (
+    STEP_PREFIX,
     End,
     Instance,
     Job,
@@ -185,8 +186,10 @@ def _insert_row(task_id: str, new: NewTask, now: float) -> dict[str, Any]:
     return params
 
 
-def submit_one(new: NewTask, now: float, changes: list[TaskChange]) -> Rule[Submitted]:
-    task_id = new_id(now)
+def submit_one(
+    new: NewTask, now: float, changes: list[TaskChange], prefix: str = "t"
+) -> Rule[Submitted]:
+    task_id = new_id(now, prefix=prefix)
     expired = False
     if new.request_key is not None:
         found = yield from _reserve_key(
@@ -605,6 +608,9 @@ def close_attempt(
 # write ends with advance_jobs over the tasks it ended (the ledger runs it after each rule).
 
 
+_STEP = STEP_PREFIX.removesuffix("_")
+
+
 def submit_job(
     job: Job, planner: JobPlanner, budget: Budget | None, changes: list[TaskChange]
 ) -> Rule[tuple[Job, JobState]]:
@@ -633,7 +639,9 @@ def job_state(job_id: str) -> Rule[JobState]:
 
 def advance_jobs(planner: JobPlanner, changes: list[TaskChange]) -> Rule[None]:
     """Each job a task of ``changes`` ended belongs to takes its next steps."""
-    ended = [c.task_id for c in changes if c.status in TERMINAL]
+    ended = [
+        c.task_id for c in changes if c.status in TERMINAL and c.task_id.startswith(STEP_PREFIX)
+    ]
     if not ended:
         return
     for row in (yield from all_rows("jobs_of_tasks", ids=ended)):
@@ -675,7 +683,7 @@ def advance_job(
             yield from count("insert_job_step", job_id=job_id, step=name, size=size, now=now)
             sizes[name] = size
         for start, new in news:
-            task = (yield from submit_one(new, now, changes)).task
+            task = (yield from submit_one(new, now, changes, _STEP)).task
             yield from count(
                 "insert_job_task", task_id=task.id, job_id=job_id, step=start.step, idx=start.index
             )
@@ -743,7 +751,7 @@ def retry_job(
         if status is Status.CANCELLED:  # no way back from cancelled: a new task, same work
             old = yield from load(row["task_id"])
             start = Start(row["step"], row["idx"], old.input, _share(job, row["step"], now))
-            task = (yield from submit_one(planner.task(job, start), now, changes)).task
+            task = (yield from submit_one(planner.task(job, start), now, changes, _STEP)).task
             yield from count("replace_job_task", task_id=old.id, new_task_id=task.id)
         elif status in (Status.FAILED, Status.DEAD, Status.TIMEOUT):
             yield from manual_retry(row["task_id"], None, now, changes, budget)
