@@ -224,6 +224,7 @@ class Floodway:
         deadline_s: float | None = None,
         metadata: dict[str, Any] | None = None,
         callback_url: str | None = None,
+        tier: str | None = None,
     ) -> Task:
         """Queue a task and return it at once (``deduped`` if the same work already ran)."""
         request = SubmitRequest(
@@ -235,6 +236,7 @@ class Floodway:
             deadline_s=deadline_s,
             metadata=metadata,
             callback_url=callback_url,
+            tier=tier,
         )
         return (await self.submit_request(request, tenant=tenant)).task
 

@@ -10,6 +10,7 @@ from floodway.config import KindConfig
 from floodway.context import Context
 from floodway.core.errors import ConfigError, UnknownKind
 from floodway.core.task import GLOBAL_SCOPE, JSON, Task, fingerprint, tenant_scope
+from floodway.core.tiers import Tier
 from floodway.core.upstream import JobView, PollSchedule
 
 #: The defaults of a kind, whether declared in Python or in a config file: one home.
@@ -115,6 +116,8 @@ class KindSpec:
     #: which finished results a new identical request may take (None: every one); identical
     #: requests in flight at once share the work either way
     replays: Callable[[JSON], bool] | None = None
+    #: the provider tiers its calls may go on (core/tiers.py)
+    tiers: tuple[Tier, ...] = ("sync",)
 
     def replays_result(self, value: JSON) -> bool:
         """Whether a success for ``value`` is kept for later identical requests."""

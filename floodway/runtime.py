@@ -34,6 +34,7 @@ from floodway.core.validation import (
     check_callback_host,
     check_deadline,
     check_input,
+    check_tier,
 )
 from floodway.kinds import KindRegistry
 from floodway.limits.base import Admission
@@ -315,6 +316,7 @@ class Runtime:
                 f"{type(exc).__name__}: {exc}"
             ) from None
         self.check_fits(spec.resource, cost)
+        check_tier(request.tier, spec.tiers, spec.name, interactive=lane is Lane.INTERACTIVE)
         key = request.key
         return NewTask(
             kind=request.kind,
@@ -334,6 +336,7 @@ class Runtime:
             metadata=dict(request.metadata or {}),
             callback_url=request.callback_url,
             batch_id=batch_id,
+            tier=request.tier,
             interactive_depth=self.settings.tenants.interactive_depth,
             # Compared only when a request key matches: a submit without one skips the hash.
             request_hash="" if key is None else request_hash(request),

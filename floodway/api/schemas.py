@@ -60,6 +60,11 @@ class SubmitIn(_In):
         description="an absolute http(s) URL, POSTed (signed) when the task ends",
     )
     metadata: dict[str, Any] | None = None
+    tier: Literal["sync", "flex", "batch"] | None = Field(
+        None,
+        description="the provider tier to send it on; unset: the cheapest that meets "
+        "its deadline among the kind's tiers",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -83,6 +88,7 @@ class SubmitIn(_In):
             deadline_s=self.deadline_s,
             metadata=self.metadata,
             callback_url=self.callback_url,
+            tier=self.tier,
         )
 
 

@@ -73,6 +73,8 @@ class TaskOut(BaseModel):
     duplicate_of: str | None = None
     upstream_ref: str | None = None
     cost: CostOut
+    #: the provider tier it is sent on: "sync", "flex" or "batch" (null: not chosen yet)
+    tier: str | None = None
     created_at: datetime
     updated_at: datetime
     started_at: datetime | None = None
@@ -113,6 +115,7 @@ def task_out(task: Task) -> TaskOut:
         duplicate_of=task.duplicate_of,
         upstream_ref=printable(task.upstream_ref),
         cost=CostOut(estimated=task.cost_estimated, actual=task.cost_actual),
+        tier=task.tier,
         created_at=timestamp(task.created_at) or datetime.fromtimestamp(0, UTC),
         updated_at=timestamp(task.updated_at) or datetime.fromtimestamp(0, UTC),
         started_at=timestamp(task.started_at),
@@ -152,6 +155,7 @@ def task_from_json(data: Mapping[str, Any]) -> Task:
         upstream_ref=data.get("upstream_ref"),
         cost_estimated=float(cost.get("estimated") or 0.0),
         cost_actual=cost.get("actual"),
+        tier=data.get("tier"),
         created_at=epoch(data.get("created_at")) or 0.0,
         updated_at=epoch(data.get("updated_at")) or 0.0,
         started_at=epoch(data.get("started_at")),
@@ -185,6 +189,7 @@ def submit_body(request: SubmitRequest) -> dict[str, Any]:
         "deadline_s": r.deadline_s,
         "callback_url": r.callback_url,
         "metadata": r.metadata,
+        "tier": r.tier,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return body

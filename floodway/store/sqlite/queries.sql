@@ -9,10 +9,11 @@
 -- name: insert_task
 INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
                    idempotency_key, fingerprint, cost_estimated, spend_hold, created_at,
-                   updated_at, deadline_at, next_attempt_at, metadata, callback_url, batch_id)
+                   updated_at, deadline_at, next_attempt_at, metadata, callback_url, batch_id,
+                   tier)
 VALUES (:id, :kind, 'queued', :lane, :lane_rank, :tenant, :input, :max_attempts,
         :idempotency_key, :fingerprint, :cost_estimated, :spend_hold, :now, :now,
-        :deadline_at, :now, :metadata, :callback_url, :batch_id)
+        :deadline_at, :now, :metadata, :callback_url, :batch_id, :tier)
 RETURNING *;
 
 -- name: get_task
@@ -383,10 +384,12 @@ SELECT (SELECT COALESCE(sum(cost), 0) FROM spend WHERE tenant = :tenant AND at >
           AND status IN ('queued', 'running', 'retrying')) AS held;
 
 -- name: insert_spend
-INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images)
+INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images, tier,
+                   tier_saved)
 SELECT t.id, t.tenant, t.kind, :at, json_extract(g.value, '$.cost'),
        json_extract(g.value, '$.input_tokens'), json_extract(g.value, '$.output_tokens'),
-       json_extract(g.value, '$.images')
+       json_extract(g.value, '$.images'), json_extract(g.value, '$.tier'),
+       json_extract(g.value, '$.tier_saved')
 FROM json_each(:rows) AS g JOIN tasks t ON t.id = json_extract(g.value, '$.task_id');
 
 -- A deduped task saved what its source's work cost.

@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from floodway.providers.sim.config import SimulatorConfig
 from floodway.providers.sim.model import FORCEABLE, Fate, Job, Submission
+from floodway.providers.sim.openai.desk import BatchDesk
 from floodway.providers.sim.openai.wire import error, json_response, rejection, sse_response
 from floodway.providers.sim.state import Rejection, Replay, SimulatorState
 
@@ -40,9 +41,11 @@ class BadRequest(Exception):
 class OpenAISimulator:
     """The simulator's state (:class:`SimulatorState`) behind the OpenAI routes."""
 
-    def __init__(self, config: SimulatorConfig) -> None:
+    def __init__(self, config: SimulatorConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.core = SimulatorState(config)
+        #: the Files and Batch API's state (floodway/providers/sim/openai/batches.py)
+        self.batches = BatchDesk(clock, config.batch_hold_s)
         self._background: set[asyncio.Task[None]] = set()
         self._storm = 0
         self._storm_wait_ms = 50
