@@ -174,6 +174,7 @@ class Floodway:
             runtime = Runtime(
                 store=store,
                 openai_records=store,
+                tier_records=store,
                 kinds=self.kinds,
                 clock=self.clock,
                 admission=self._admission or self._build_admission(),

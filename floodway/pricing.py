@@ -36,14 +36,14 @@ class Pricing:
             return _price(pool.price)
         return None
 
-    def charge(self, kind: str, resource: str | None, usage: Usage, tier: str = "sync") -> Charge:
-        """What a call on ``tier`` that billed ``usage`` cost, and what it saved against the
-        sync price."""
+    def charge(self, kind: str, resource: str | None, usage: Usage) -> Charge:
+        """What a call that billed ``usage`` cost on its tier, and what that saved against
+        the sync price."""
         price = self.price_of(kind, resource)
         if price is None:
-            return Charge(usage, 0.0, tier)
-        cost = price.on(tier).cost(usage)
-        return Charge(usage, cost, tier, price.cost(usage) - cost)
+            return Charge(usage, 0.0, usage.tier)
+        cost = price.on(usage.tier).cost(usage)
+        return Charge(usage, cost, usage.tier, price.cost(usage) - cost)
 
     def hold(self, kind: str, resource: str | None, units: float) -> float:
         """What a task of ``kind`` estimated at ``units`` (its metered unit) may cost."""

@@ -203,6 +203,9 @@ class SpendLineOut(BaseModel):
     images: float
     calls: int = Field(description="billed calls")
     deduped: int = Field(description="tasks that took another task's result instead of a call")
+    tier_saved: float = Field(
+        0.0, description="what calls on the batch and flex tiers saved against the sync price"
+    )
 
 
 class SpendPointOut(BaseModel):
@@ -228,6 +231,9 @@ class SpendOut(BaseModel):
     since: datetime | None = Field(description="the start of the view (null: everything kept)")
     cost: float = Field(description="the total over the lines")
     saved: float = Field(description="the total dedupe saved over the lines")
+    tier_saved: float = Field(
+        0.0, description="the total the batch and flex tiers saved over the lines, against sync"
+    )
     lines: list[SpendLineOut] = Field(description="per tenant and kind")
     bucket_s: float
     series: list[SpendPointOut] = Field(description="per bucket of time, tenant and kind")

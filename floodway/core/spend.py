@@ -18,6 +18,8 @@ class Usage:
     input_tokens: float = 0.0
     output_tokens: float = 0.0
     images: float = 0.0
+    #: the provider tier it was billed on (core/tiers.py): the batch and flex tiers cost less
+    tier: str = "sync"
 
 
 @dataclass(frozen=True)

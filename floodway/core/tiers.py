@@ -80,3 +80,60 @@ def choose_tier(
         if times.expected(tier) + fallback <= remaining_s:
             return tier
     return "sync"
+
+
+#: where a task's line of a provider batch is: waiting to be packed, in a batch sent upstream,
+#: answered, failed, or taken out before its deadline (to go on a faster tier)
+LineState = Literal["queued", "sent", "done", "failed", "withdrawn"]
+#: the provider batch states from which no more lines will be answered
+ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
+
+
+@dataclass(frozen=True)
+class BatchLine:
+    """One task's request in a provider batch, as the ledger keeps it."""
+
+    task_id: str
+    kind: str
+    model: str
+    body: dict[str, object]
+    state: LineState
+    added_at: float
+    deadline_at: float | None = None
+    batch_id: str | None = None
+    result: object = None
+    input_tokens: float = 0.0
+    output_tokens: float = 0.0
+    error: str | None = None
+    error_type: str | None = None
+    #: failed in a way that sending it again would repeat (a 4xx): no retry
+    fatal: bool = False
+
+
+@dataclass(frozen=True)
+class UpstreamView:
+    """A provider batch as the provider describes it."""
+
+    ref: str
+    status: str
+    output_file: str | None = None
+    error_file: str | None = None
+    tag: str | None = None  # the id floodway gave it (its metadata)
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ENDED
+
+
+@dataclass(frozen=True)
+class LineResult:
+    """One line of a provider batch's output or error file."""
+
+    custom_id: str
+    ok: bool
+    result: object = None
+    input_tokens: float = 0.0
+    output_tokens: float = 0.0
+    error: str | None = None
+    error_type: str | None = None
+    fatal: bool = False

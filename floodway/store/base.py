@@ -121,6 +121,7 @@ class SpendLine:
     images: float
     calls: int  # billed calls
     deduped: int  # tasks that took another's result instead of a call
+    tier_saved: float = 0.0  # what the batch and flex tiers saved against the sync price
 
 
 @dataclass(frozen=True)

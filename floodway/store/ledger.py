@@ -52,11 +52,12 @@ from floodway.store.rows import (
     task_from_row,
 )
 from floodway.store.steps import Query, Row, Rule, all_rows, count, one
+from floodway.store.tier_records import LedgerTierRecords
 
 T = TypeVar("T")
 
 
-class Ledger(LedgerOpenAIRecords, ABC):
+class Ledger(LedgerOpenAIRecords, LedgerTierRecords, ABC):
     url: str
 
     def __init__(self, url: str) -> None:
@@ -184,6 +185,7 @@ class Ledger(LedgerOpenAIRecords, ABC):
                 float(r["images"]),
                 int(r["calls"]),
                 int(r["deduped"]),
+                float(r["tier_saved"]),
             )
             for r in await self._all("spend_totals", **params)
         )

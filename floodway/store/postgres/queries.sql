@@ -565,7 +565,7 @@ JOIN tasks t ON t.id = g.task_id;
 SELECT tenant, kind, sum(cost) AS cost, sum(saved) AS saved,
        sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
        sum(images) AS images, count(*) FILTER (WHERE saved = 0) AS calls,
-       count(*) FILTER (WHERE saved <> 0) AS deduped
+       count(*) FILTER (WHERE saved <> 0) AS deduped, sum(tier_saved) AS tier_saved
 FROM spend
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text) AND at >= %(since)s

@@ -404,7 +404,7 @@ FROM json_each(:rows) AS g JOIN tasks t ON t.id = json_extract(g.value, '$.task_
 SELECT tenant, kind, sum(cost) AS cost, sum(saved) AS saved,
        sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
        sum(images) AS images, sum(CASE WHEN saved = 0 THEN 1 ELSE 0 END) AS calls,
-       sum(CASE WHEN saved = 0 THEN 0 ELSE 1 END) AS deduped
+       sum(CASE WHEN saved = 0 THEN 0 ELSE 1 END) AS deduped, sum(tier_saved) AS tier_saved
 FROM spend
 WHERE (:tenant IS NULL OR tenant = :tenant) AND (:kind IS NULL OR kind = :kind)
   AND at >= :since

@@ -1,0 +1,133 @@
+"""The batch tier end to end: a Floodway with a worker and its maintenance, on a fake clock
+shared with the simulator's Batch API (served over HTTP), so batches held for hours finish in
+moments. Counts and money are asserted, never timings."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from floodway import Floodway, Settings, Status, Task
+from floodway.core.backoff import Backoff
+from floodway.core.retry import RetryPolicy
+from floodway.maintenance.loop import Maintenance
+from floodway.providers.registry import aclose_kinds
+from floodway.providers.sim import SimulatorConfig
+from floodway.providers.sim.openai import create_openai_simulator_app
+from floodway.providers.sim.openai.calls import OpenAISimulator
+from floodway.serving import serve_app
+from floodway.store.base import SpendQuery
+from floodway.testing import FakeClock
+
+PRICE = {"input_per_1m": 0.15, "output_per_1m": 0.6}
+HOUR = 3600.0
+
+
+@dataclass
+class Rig:
+    fw: Floodway
+    sim: OpenAISimulator
+    url: str
+    clock: FakeClock
+    #: driven by the test, a round per step: a fake clock's hours would otherwise wake its
+    #: every-second loop thousands of times
+    maintenance: Maintenance
+
+    async def ledger(self) -> dict[str, Any]:
+        async with httpx.AsyncClient(base_url=self.url) as http:
+            body: dict[str, Any] = (await http.get("/ledger")).json()
+            return body
+
+    async def step(self, seconds: float) -> None:
+        await self.clock.jump(seconds)
+        await self.maintenance.tick()
+        await asyncio.sleep(0.02)  # a real pause: for the HTTP and the ledger's threads
+
+    async def queued(self, n: int) -> None:
+        """Until ``n`` lines wait in the ledger (the worker parks each task on its line)."""
+        for _ in range(2000):
+            pools = await self.fw.runtime.tier_records.pools()
+            if sum(p.lines for p in pools) >= n:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{n} lines never queued: {pools}")
+
+    async def run_until_done(self, tasks: list[Task], step_s: float, steps: int) -> list[Task]:
+        """Move the shared clock in steps until every task ended."""
+        ids = [t.id for t in tasks]
+        for _ in range(steps):
+            if len(await self.fw.runtime.store.ended(ids)) == len(ids):
+                break
+            await self.step(step_s)
+        return [await self.fw.get(i) for i in ids]
+
+
+@asynccontextmanager
+async def rig(db_url: str, clock: FakeClock, *, hold_s: float, **kind: Any) -> AsyncIterator[Rig]:
+    app = create_openai_simulator_app(
+        SimulatorConfig(latency_ms=0, batch_hold_s=hold_s, rate_headers=False), clock.now
+    )
+    async with serve_app(app) as url:
+        config = {
+            "adapter": "openai",
+            "endpoint": "chat",
+            "model": "gpt-4o-mini",
+            "base_url": f"{url}/v1",
+            "tiers": ["sync", "batch"],
+            "price": PRICE,
+            **kind,
+        }
+        fw = Floodway(
+            settings=Settings(database=db_url, kinds={"chat": config}),
+            clock=clock,
+            policy=RetryPolicy(backoff=Backoff(base_s=0.01, cap_s=0.05)),
+        )
+        try:
+            async with fw, fw.worker(concurrency=32, maintenance=False):
+                yield Rig(fw, app.state.simulator, url, clock, Maintenance(fw.runtime))
+        finally:
+            await aclose_kinds(fw.kinds)
+
+
+def chats(n: int) -> list[dict[str, Any]]:
+    return [{"messages": [{"role": "user", "content": f"describe product {i}"}]} for i in range(n)]
+
+
+def batch_cost(ledger: dict[str, Any]) -> float:
+    """What the simulator billed its batch lines, at the kind's price and its batch discount."""
+    batch = ledger["batch"]
+    sync = (batch["input_tokens"] * PRICE["input_per_1m"]
+            + batch["output_tokens"] * PRICE["output_per_1m"]) / 1e6  # fmt: skip
+    return float(sync * batch["discount"])
+
+
+async def test_a_thousand_tasks_with_a_12h_deadline_go_in_batches_at_half_the_sync_price(
+    db_url: str, clock: FakeClock
+) -> None:
+    async with rig(db_url, clock, hold_s=HOUR, batch_max_lines=400, batch_max_age="1m") as r:
+        tasks = await r.fw.submit_many("chat", chats(1000), deadline_s=12 * HOUR)
+        await r.queued(1000)
+        done = await r.run_until_done(tasks, step_s=300, steps=100)
+        report = await r.fw.runtime.store.spend(SpendQuery(since=0.0))
+        ledger = await r.ledger()
+    assert Counter(t.status for t in done) == {Status.SUCCEEDED: 1000}
+    assert all(t.tier == "batch" for t in done)
+    assert [t.result["choices"][0]["message"]["content"] for t in done[:2]] == [
+        "echo: describe product 0",
+        "echo: describe product 1",
+    ]
+    # each task answered once, in 3 provider batches of at most 400 lines, none sent sync
+    assert ledger["batch"] == {**ledger["batch"], "batches": 3, "lines": 1000}
+    assert ledger["batch"]["double_charged"] == [] and ledger["total"] == 0
+    spent = sum(line.cost for line in report.lines)
+    saved = sum(line.tier_saved for line in report.lines)
+    assert abs(spent - batch_cost(ledger)) < 1e-9  # the ledger and the provider's charges agree
+    assert spent <= 0.51 * (spent + saved)  # against the same tasks on the sync tier
+    print(f"1000 tasks: {ledger['batch']['batches']} upstream batches, "
+          f"{ledger['batch']['lines']} lines, spent {spent:.6f}, saved {saved:.6f}")  # fmt: skip
