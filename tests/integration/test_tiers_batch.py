@@ -69,7 +69,14 @@ class Rig:
 
 
 @asynccontextmanager
-async def rig(db_url: str, clock: FakeClock, *, hold_s: float, **kind: Any) -> AsyncIterator[Rig]:
+async def rig(
+    db_url: str,
+    clock: FakeClock,
+    *,
+    hold_s: float,
+    resources: dict[str, Any] | None = None,
+    **kind: Any,
+) -> AsyncIterator[Rig]:
     app = create_openai_simulator_app(
         SimulatorConfig(latency_ms=0, batch_hold_s=hold_s, rate_headers=False), clock.now
     )
@@ -84,7 +91,7 @@ async def rig(db_url: str, clock: FakeClock, *, hold_s: float, **kind: Any) -> A
             **kind,
         }
         fw = Floodway(
-            settings=Settings(database=db_url, kinds={"chat": config}),
+            settings=Settings(database=db_url, kinds={"chat": config}, resources=resources or {}),
             clock=clock,
             policy=RetryPolicy(backoff=Backoff(base_s=0.01, cap_s=0.05)),
         )
@@ -131,3 +138,53 @@ async def test_a_thousand_tasks_with_a_12h_deadline_go_in_batches_at_half_the_sy
     assert spent <= 0.51 * (spent + saved)  # against the same tasks on the sync tier
     print(f"1000 tasks: {ledger['batch']['batches']} upstream batches, "
           f"{ledger['batch']['lines']} lines, spent {spent:.6f}, saved {saved:.6f}")  # fmt: skip
+
+
+async def test_interactive_tasks_of_the_kind_run_at_once_while_its_batch_is_pending(
+    db_url: str, clock: FakeClock
+) -> None:
+    # Two provider slots: the 50 lines waiting in their batch hold none of them.
+    llm = {"llm": {"concurrency": 2}}
+    async with rig(db_url, clock, hold_s=HOUR, resources=llm, resource="llm") as r:
+        background = await r.fw.submit_many("chat", chats(50), deadline_s=12 * HOUR)
+        await r.queued(50)
+        await r.step(60)  # the batch is sent
+        assert [b.state for b in await r.fw.runtime.tier_records.open_batches()] == ["sent"]
+        asks = [{"messages": [{"role": "user", "content": f"now {i}"}]} for i in range(5)]
+        now = [await r.fw.submit("chat", a, lane="interactive", deadline_s=60) for a in asks]
+        answered = [await r.fw.wait(t.id, timeout=30) for t in now]
+        pending = await r.fw.runtime.store.ended([t.id for t in background])
+    assert [(t.status, t.tier) for t in answered] == [(Status.SUCCEEDED, "sync")] * 5
+    assert pending == set()  # the batch is still held upstream
+    assert clock.now() - answered[0].created_at < 1  # no fake time had to pass for them
+
+
+async def test_a_batch_that_would_miss_the_deadline_is_cancelled_and_the_rest_sent_sync(
+    db_url: str, clock: FakeClock
+) -> None:
+    # Floodway expects the batch in 5 min; the provider holds it for 15; the deadline is 10.
+    kind = {"turnaround": {"batch": "5m"}, "batch_max_age": "1m"}
+    async with rig(db_url, clock, hold_s=15 * 60, **kind) as r:
+        tasks = await r.fw.submit_many("chat", chats(20), deadline_s=600)
+        await r.queued(20)
+        done = await r.run_until_done(tasks, step_s=30, steps=200)
+        report = await r.fw.runtime.store.spend(SpendQuery(since=0.0))
+        ledger = await r.ledger()
+    assert Counter(t.status for t in done) == {Status.SUCCEEDED: 20}
+    assert all(t.finished_at is not None and t.deadline_at is not None
+               and t.finished_at <= t.deadline_at for t in done)  # fmt: skip
+    by_batch = int(ledger["batch"]["lines"])
+    assert 0 < by_batch < 20  # cancelled partway: some lines answered
+    # the lines the batch answered were never sent again; the others went sync, once each
+    assert ledger["total"] == 20 - by_batch and ledger["double_charged"] == []
+    assert Counter(t.tier for t in done) == {"batch": by_batch, "sync": 20 - by_batch}
+    sync_ids = {t.id for t in done if t.tier == "sync"}
+    assert len(ledger["batch"]["custom_ids"]) == by_batch
+    assert set(ledger["batch"]["custom_ids"]) & sync_ids == set()
+    sync_cost = sum(
+        (t.result["usage"]["prompt_tokens"] * PRICE["input_per_1m"]
+         + t.result["usage"]["completion_tokens"] * PRICE["output_per_1m"]) / 1e6
+        for t in done if t.tier == "sync"
+    )  # fmt: skip
+    spent = sum(line.cost for line in report.lines)
+    assert abs(spent - (batch_cost(ledger) + sync_cost)) < 1e-9

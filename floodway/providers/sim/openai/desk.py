@@ -97,6 +97,7 @@ class BatchDesk:
             "output_tokens": sum(c.output_tokens for c in self.charges),
             "discount": BATCH_DISCOUNT,
             "double_charged": sorted(k for k, n in billed.items() if n > 1),
+            "custom_ids": sorted(billed),
         }
 
     def reset(self) -> None:
