@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import pytest
 
 from floodway import Floodway, Settings, Status, Task
 from floodway.core.backoff import Backoff
@@ -24,6 +25,20 @@ from floodway.providers.sim.openai.calls import OpenAISimulator
 from floodway.serving import serve_app
 from floodway.store.base import SpendQuery
 from floodway.testing import FakeClock
+from harness.pg import fresh_schema, postgres_unavailable, schema_url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def ledger_url(request: pytest.FixtureRequest, db_url: str) -> AsyncIterator[str]:
+    """The test's ledger on each backend (PostgreSQL: a fresh schema, dropped after)."""
+    if request.param == "sqlite":
+        yield db_url
+        return
+    if (down := postgres_unavailable()) is not None:
+        pytest.skip(down)
+    async with fresh_schema() as schema:
+        yield schema_url(schema)
+
 
 PRICE = {"input_per_1m": 0.15, "output_per_1m": 0.6}
 HOUR = 3600.0
@@ -115,9 +130,9 @@ def batch_cost(ledger: dict[str, Any]) -> float:
 
 
 async def test_a_thousand_tasks_with_a_12h_deadline_go_in_batches_at_half_the_sync_price(
-    db_url: str, clock: FakeClock
+    ledger_url: str, clock: FakeClock
 ) -> None:
-    async with rig(db_url, clock, hold_s=HOUR, batch_max_lines=400, batch_max_age="1m") as r:
+    async with rig(ledger_url, clock, hold_s=HOUR, batch_max_lines=400, batch_max_age="1m") as r:
         tasks = await r.fw.submit_many("chat", chats(1000), deadline_s=12 * HOUR)
         await r.queued(1000)
         done = await r.run_until_done(tasks, step_s=300, steps=100)
