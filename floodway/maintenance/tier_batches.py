@@ -14,11 +14,12 @@ Each round:
 3. A batch whose row was written but whose provider id was not (a crash, or a create whose
    answer was lost) is looked for at the provider by its tag, and created only if it is not
    there: never two provider batches of the same lines.
-4. Each sent batch is polled (every ``POLL_S``). Once it ended, its output and error files are
-   read and each line recorded (answered, or failed retryably or for good); lines the batch
-   ended without are withdrawn. Its tasks are then due for their poll. A batch still running
-   when one of its lines must leave for its deadline is cancelled: what it answered until
-   then is kept (and billed), the rest goes on a faster tier.
+4. Each sent batch is polled (after a tenth of its age, from 1 s to 1 min). Once it ended,
+   its output and error files are read and each line recorded (answered, or failed retryably
+   or for good); lines the batch ended without are withdrawn. Its tasks are then due for
+   their poll. A batch still running when one of its lines must leave for its deadline is
+   cancelled: what it answered until then is kept (and billed), the rest goes on a faster
+   tier.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from floodway.store.tier_records import CREATING, UpstreamBatch
 
 log = logging.getLogger("floodway.tier_batches")
 
-#: how often a provider batch in progress is looked at
-POLL_S = 30.0
+#: a provider batch in progress is looked at after a tenth of its age (the lag of its end's
+#: detection is a tenth of its duration), within these bounds
+POLL_SHARE, POLL_MIN_S, POLL_MAX_S = 0.1, 1.0, 60.0
 
 
 class Batcher:
@@ -107,7 +109,9 @@ class Batcher:
 
     async def _follow(self, spec: KindSpec, batch: UpstreamBatch) -> None:
         now = self.runtime.clock.now()
-        if now - self._looked.get(batch.id, float("-inf")) < POLL_S:
+        age = now - (batch.sent_at or batch.created_at)
+        gap = min(POLL_MAX_S, max(POLL_MIN_S, POLL_SHARE * age))
+        if now - self._looked.get(batch.id, float("-inf")) < gap:
             return
         self._looked[batch.id] = now
         api = _api(spec)

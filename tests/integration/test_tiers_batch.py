@@ -16,8 +16,11 @@ import pytest
 
 from floodway import Floodway, Settings, Status, Task
 from floodway.core.backoff import Backoff
+from floodway.core.errors import RetryableError
 from floodway.core.retry import RetryPolicy
+from floodway.core.tiers import UpstreamView
 from floodway.maintenance.loop import Maintenance
+from floodway.providers.openai_batch import OpenAIBatchApi
 from floodway.providers.registry import aclose_kinds
 from floodway.providers.sim import SimulatorConfig
 from floodway.providers.sim.openai import create_openai_simulator_app
@@ -203,3 +206,28 @@ async def test_a_batch_that_would_miss_the_deadline_is_cancelled_and_the_rest_se
     )  # fmt: skip
     spent = sum(line.cost for line in report.lines)
     assert abs(spent - (batch_cost(ledger) + sync_cost)) < 1e-9
+
+
+async def test_a_batch_created_upstream_but_not_recorded_is_found_by_its_tag_never_made_twice(
+    db_url: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with rig(db_url, clock, hold_s=600, batch_max_age="1m") as r:
+        api = r.fw.kinds.get("chat").tiers.batch
+        assert isinstance(api, OpenAIBatchApi)
+        create = api.create
+
+        async def answer_lost(file_id: str, tag: str) -> UpstreamView:
+            await create(file_id, tag)  # the provider made it; floodway never hears so
+            raise RetryableError("POST /batches: ReadTimeout", type="connection")
+
+        monkeypatch.setattr(api, "create", answer_lost)
+        tasks = await r.fw.submit_many("chat", chats(10), deadline_s=12 * HOUR)
+        await r.queued(10)
+        await r.step(60)  # created, its answer lost, then found by its tag and recorded
+        assert [b.state for b in await r.fw.runtime.tier_records.open_batches()] == ["sent"]
+        assert len(r.sim.batches.created) == 1
+        done = await r.run_until_done(tasks, step_s=60, steps=100)
+        ledger = await r.ledger()
+    assert Counter(t.status for t in done) == {Status.SUCCEEDED: 10}
+    assert len(r.sim.batches.created) == 1  # found by its tag, not created again
+    assert ledger["batch"]["lines"] == 10 and ledger["batch"]["double_charged"] == []
