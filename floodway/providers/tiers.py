@@ -99,6 +99,8 @@ class TieredHandler:
         except RetryableError as exc:
             if exc.status != 429 or not self._no_time_for_flex(ctx):
                 raise
+            if ctx.lines is not None:
+                await ctx.lines.set_tier("sync")
             return await self._call(ctx, value)
         if ctx.billed is not None:
             ctx.billed = dataclasses.replace(ctx.billed, tier="flex")
@@ -109,7 +111,10 @@ class TieredHandler:
         if deadline is None:
             return False
         times = self.plan.times
-        return ctx.now() + times.expected("flex") + times.expected("sync") > deadline
+        # Refused for capacity: the flex calls measured so far say nothing of the wait for it,
+        # so the configured estimate counts if it is the longer.
+        flex = max(times.expected("flex"), times.estimates["flex"])
+        return ctx.now() + flex + times.expected("sync") > deadline
 
     async def aclose(self) -> None:
         await self.adapter.aclose()

@@ -231,3 +231,29 @@ async def test_a_batch_created_upstream_but_not_recorded_is_found_by_its_tag_nev
     assert Counter(t.status for t in done) == {Status.SUCCEEDED: 10}
     assert len(r.sim.batches.created) == 1  # found by its tag, not created again
     assert ledger["batch"]["lines"] == 10 and ledger["batch"]["double_charged"] == []
+
+
+async def test_flex_calls_bill_at_the_batch_price_and_fall_back_to_sync_when_the_deadline_needs(
+    db_url: str, clock: FakeClock
+) -> None:
+    kind = {"tiers": ["sync", "flex"], "turnaround": {"flex": "2m"}}
+    async with rig(db_url, clock, hold_s=0, **kind) as r:
+        slow = await r.fw.submit("chat", chats(1)[0], deadline_s=HOUR)
+        flexed = await r.fw.wait(slow.id, timeout=30)
+        r.sim.flex_available = False
+        # 2 min of flex + 1 min of sync fit in an hour, not in 150 s: that one falls back
+        waiting = await r.fw.submit("chat", chats(2)[1], deadline_s=HOUR)
+        near = await r.fw.submit("chat", chats(3)[2], deadline_s=150)
+        fell_back = await r.fw.wait(near.id, timeout=30)
+        await r.step(1)
+        retried = await r.fw.get(waiting.id)
+        report = await r.fw.runtime.store.spend(SpendQuery(since=0.0))
+    assert (flexed.status, flexed.tier) == (Status.SUCCEEDED, "flex")
+    assert (fell_back.status, fell_back.tier) == (Status.SUCCEEDED, "sync")  # at its price
+    assert retried.status in (Status.RETRYING, Status.RUNNING)  # flex again, later
+    line = report.lines[0]
+    usage = flexed.result["usage"]
+    flex_cost = (usage["prompt_tokens"] * PRICE["input_per_1m"]
+                 + usage["completion_tokens"] * PRICE["output_per_1m"]) / 1e6 * 0.5  # fmt: skip
+    assert abs(line.tier_saved - flex_cost) < 1e-12  # only the flex call saved anything
+    assert line.calls == 2

@@ -49,6 +49,9 @@ class OpenAISimulator:
         self._background: set[asyncio.Task[None]] = set()
         self._storm = 0
         self._storm_wait_ms = 50
+        #: False: a ``service_tier = "flex"`` request is answered 429 resource_unavailable,
+        #: as OpenAI answers when flex has no capacity
+        self.flex_available = True
 
     @staticmethod
     def new_id(prefix: str) -> str:
@@ -70,6 +73,10 @@ class OpenAISimulator:
             self._storm -= 1
             core.stats.rate_limited += 1
             return rejection(Rejection(429, "rate_limited", "requests", 1, self._storm_wait_ms))
+        if body.get("service_tier") == "flex" and not self.flex_available:
+            core.stats.rate_limited += 1
+            message = "Resource unavailable: flex processing has no capacity now."
+            return error(429, message, "rate_limit_error", "resource_unavailable")
         fail = _metadata(body).get("fail")
         forced = FORCEABLE.get(fail) if isinstance(fail, str) else None
         decision = core.submit(Submission(body, tokens, key, forced, None), time.monotonic())
