@@ -31,8 +31,9 @@ class ApiState:
     #: the limiter backend this process's API uses (the submit rate's, and the one health
     #: probes when ``redis`` is set); set by the lifespan
     limiter: LimiterBackend | None = None
-    #: recent ``/v1/stats`` answers (set by the lifespan)
-    history: History[StatsOut] | None = None
+    #: recent ``/v1/stats`` answers, the operator's (None) and each key's tenant's (set by
+    #: the lifespan)
+    history: History[dict[str | None, StatsOut]] | None = None
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     recent: Recent = field(default_factory=Recent)
     #: slow re-check of an event stream, for changes written by other processes

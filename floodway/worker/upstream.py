@@ -81,7 +81,6 @@ async def finish_upstream(
         still_running_s=None if item.orphan_until is None else item.orphan_until - now,
     )
     await runtime.admission.settle(permit_of(runtime, task), settlement, runtime.clock.now())
-    await runtime.after_completion(task, item, applied)
     return True
 
 
@@ -268,10 +267,26 @@ class UpstreamPoller:
                 await self._reschedule(task, spec, ctx, ref, asked_at)
                 return
             if state == "done" and task.started_at is not None:
-                spec.poll.schedule.observe(task.started_at, asked_at)
+                schedule = spec.poll.schedule
+                if schedule.observe(task.started_at, asked_at):
+                    await self._hasten(task.kind, schedule.ratio)
             outcome = job_outcome(spec, runtime.policy, state, value, ctx.usage)
         item = runtime.decide(task, outcome, runtime.clock.now(), ctx.billed, self._rng)
         await finish_upstream(runtime, task, item, usage=ctx.usage, headers=ctx.response_headers)
+
+    async def _hasten(self, kind: str, ratio: float) -> None:
+        """The kind's first job seen finished: its parked jobs, polled on cold gaps so far,
+        are due on the schedule of their age (best effort: the cold gaps stand otherwise)."""
+        runtime = self.runtime
+        try:
+            moved = await runtime.store.hasten_parked(kind, ratio, runtime.clock.now())
+        except Exception:
+            log.warning("could not bring the polls of %s forward", kind, exc_info=True)
+            return
+        if moved:
+            self._store_next = None
+            self._store_checked_at = float("-inf")  # look again: some are due sooner now
+            self.wake()
 
     async def _reschedule(
         self,
@@ -324,9 +339,11 @@ class UpstreamPoller:
         )
         if not parked:  # a webhook finished it, or the sweeper took it back: not ours anymore
             return
-        # The provider is still working: keep (renew) its slot.
-        keep = Settlement(headers=dict(headers or {}), keep_slot=True)
-        await runtime.admission.settle(permit_of(runtime, task), keep, runtime.clock.now())
+        spec = runtime.kinds.get(task.kind)
+        if spec.poll is not None and spec.poll.holds_slots:
+            # The provider is still working: keep (renew) its slot.
+            keep = Settlement(headers=dict(headers or {}), keep_slot=True)
+            await runtime.admission.settle(permit_of(runtime, task), keep, runtime.clock.now())
         self.wake(at)
 
     async def _give_up(

@@ -168,13 +168,16 @@ class SqliteStore(Ledger):
         try:
             return await self._reader.run(query)
         except sqlite3.Error as exc:
-            raise StoreError(f"{self.url}: {exc}") from exc
+            raise self._error(exc) from exc
 
     async def _commit(self, write: Write) -> Written:
         self._require_open()
-        done: Written = await self._writer.run(write)
+        try:
+            done: Written = await self._writer.run(write)
+        except sqlite3.Error as exc:  # the group as a whole failed: its COMMIT, on a full disk
+            raise self._error(exc) from exc
         if isinstance(done.error, sqlite3.Error):
-            done.error = StoreError(f"{self.url}: {done.error}")
+            done.error = self._error(done.error)
         return done
 
     async def _version(self) -> int:
@@ -187,8 +190,14 @@ class SqliteStore(Ledger):
         try:
             row = await self._writer.run(Query("data_version", {}, "one"))
         except sqlite3.Error as exc:
-            raise StoreError(f"{self.url}: {exc}") from exc
+            raise self._error(exc) from exc
         return int(row[0])
+
+    def _error(self, exc: sqlite3.Error) -> StoreError:
+        """Every error of the database (full, read-only, I/O, locked past the busy timeout)
+        is the ledger being unavailable: nothing was written, the same call may succeed
+        later."""
+        return StoreError(f"{self.url}: {exc}")
 
     async def wait_for_change(self, timeout: float) -> bool:
         """Watch the ledger's version every 20 ms, so submits from other processes are seen
