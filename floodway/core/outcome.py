@@ -7,10 +7,14 @@ maps it to a :class:`Completion`, and the completer writes it as a compare-and-s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from floodway.core.spend import Charge
 from floodway.core.states import Status
-from floodway.core.task import JSON, ErrorInfo
+from floodway.core.task import JSON, ErrorClass, ErrorInfo
+
+#: an effect of a completion, delivered from the outbox (migration 011)
+Effect = Literal["fallback", "alert"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,9 @@ class Parked:
 
     ref: str
     poll_at: float
+    #: the provider slot stays taken while it waits (False: a line of a provider batch,
+    #: counted by the batch queue's limits, not by the calls in flight)
+    holds_slot: bool = True
 
 
 Outcome = Succeeded | Failed | Cancelled | Parked
@@ -83,6 +90,15 @@ class Completion:
     @property
     def closes_attempt(self) -> bool:
         return not self.keep_attempt and self.orphan_until is None
+
+    @property
+    def effects(self) -> tuple[Effect, ...]:
+        """What follows once this write lands, written to the outbox in its transaction: a
+        dead task's alert, a poison task's fallback (its kind's, if it has one)."""
+        if self.to is Status.DEAD:
+            return ("alert",)
+        poison = self.error is not None and self.error.cls is ErrorClass.POISON
+        return ("fallback",) if self.to is Status.FAILED and poison else ()
 
 
 @dataclass(frozen=True)

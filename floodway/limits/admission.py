@@ -96,6 +96,14 @@ ANY_ROUND = 1e300
 HELD_FRESH_S = 5.0
 
 
+def _summed(by_tenant: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for counts in by_tenant.values():
+        for reason, n in counts.items():
+            total[reason] = total.get(reason, 0) + n
+    return total
+
+
 def orphan_slot(task_id: str) -> str:
     """The slot id of a task's call that may still run at the provider though its worker
     died: held apart from the task's own slot until the call could have ended."""
@@ -261,7 +269,8 @@ class LimitsAdmission:
         self._published: dict[str, dict[str, float]] = {name: {} for name in self._plans}
         #: resource -> dimension -> when it last refused a candidate in this process
         self._bound: dict[str, dict[str, float]] = {name: {} for name in self._plans}
-        self._held: dict[str, dict[str, int]] = {name: {} for name in self._plans}
+        #: resource -> tenant -> reason -> how many its last pass held back
+        self._held: dict[str, dict[str, dict[str, int]]] = {name: {} for name in self._plans}
         self._held_at: dict[str, float] = {}  # resource -> when its last pass held some back
         self._probed: dict[str, dict[str, float]] = {}  # resource -> dimension -> last grow
         #: resource -> whether the last in-flight refusal here came at or below the last cut
@@ -291,7 +300,7 @@ class LimitsAdmission:
         if not unique or limit == 0:
             return []
         names = await self._refresh(unique)
-        held: dict[str, dict[str, int]] = {name: {} for name in names}
+        held: dict[str, dict[str, dict[str, int]]] = {name: {} for name in names}
         scan = _Pass()
         permits: list[Permit] = []
         for lane in (Lane.INTERACTIVE, Lane.BACKGROUND):
@@ -306,7 +315,7 @@ class LimitsAdmission:
                 attempt = self._attempt(c)
                 blocker = scan.blocked(attempt.request)
                 if blocker is not None:
-                    self._note_held(attempt.plan, held, (blocker,), now)
+                    self._note_held(attempt.plan, c.tenant, held, (blocker,), now)
                     continue
                 try:
                     result = await self._backend.acquire(attempt.request)
@@ -323,7 +332,7 @@ class LimitsAdmission:
                     rounds.admitted()
                     self._rotation.served(c.tenant)
                     continue
-                self._note_held(attempt.plan, held, result.refused, now)
+                self._note_held(attempt.plan, c.tenant, held, result.refused, now)
                 aged = order.aged(c, now, self._tuning.aging_s)
                 scan.refused(attempt.request, result, reserve=aged)
                 if lane is Lane.INTERACTIVE:
@@ -393,6 +402,8 @@ class LimitsAdmission:
         for plan in plans:  # full, with work waiting: the in-flight limit holds work back
             assert plan is not None
             self._bound[plan.name][CONCURRENCY] = now
+            if self._held[plan.name]:  # what the last pass held back still is
+                self._held_at[plan.name] = now
         return True
 
     # -- for the engine -----------------------------------------------------------------------
@@ -481,6 +492,8 @@ class LimitsAdmission:
             configured_rate = plan.configured(REQUESTS)
             counters = self._counters[name]
             sent = limits.estimates.get(SENT)
+            fresh = self._held_at.get(name, -math.inf) >= now - HELD_FRESH_S
+            held = {t: dict(n) for t, n in self._held[name].items()} if fresh else {}
             out[name] = ResourceSnapshot(
                 concurrency=int(cap.value) if cap else 0,
                 in_flight=in_flight,
@@ -498,9 +511,8 @@ class LimitsAdmission:
                 throttles_noise=counters.noise,
                 pauses=counters.pauses,
                 sending_per_min=None if sent is None else sent / self._tuning.meter_tau_s * 60,
-                held_back_by=dict(self._held[name])
-                if self._held_at.get(name, -math.inf) >= now - HELD_FRESH_S
-                else {},
+                held_back_by=_summed(held),
+                held_back_by_tenant=held,
             )
         return out
 
@@ -607,7 +619,8 @@ class LimitsAdmission:
     def _note_held(
         self,
         plan: ResourcePlan | None,
-        held: dict[str, dict[str, int]],
+        tenant: str,
+        held: dict[str, dict[str, dict[str, int]]],
         refused: Sequence[str],
         now: float,
     ) -> None:
@@ -622,7 +635,7 @@ class LimitsAdmission:
             f"r:{plan.name}:{TOKENS}": TOKENS,
             RECOVERING: RECOVERING,
         }
-        counts = held.setdefault(plan.name, {})
+        counts = held.setdefault(plan.name, {}).setdefault(tenant, {})
         for key in refused:
             reason = reasons.get(key, TENANT if key.startswith("t:") else key)
             counts[reason] = counts.get(reason, 0) + 1

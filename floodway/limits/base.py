@@ -85,6 +85,8 @@ class ResourceSnapshot:
     #: what held candidates back in this process's last admission pass (reason -> how many):
     #: concurrency, requests, tokens, pause, tenant cap, recovering
     held_back_by: dict[str, int] = field(default_factory=dict)
+    #: the same, per tenant (tenant -> reason -> how many): what a tenant is shown of it
+    held_back_by_tenant: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class Admission(Protocol):

@@ -111,7 +111,6 @@ class Sweeper:
             report.interrupted += 1
         else:
             report.recovered += 1
-        await runtime.after_completion(task, item, applied)
 
     async def _decide(self, task: Task, spec: KindSpec, bound: float) -> Completion | None:
         runtime = self.runtime

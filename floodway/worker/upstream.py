@@ -81,7 +81,6 @@ async def finish_upstream(
         still_running_s=None if item.orphan_until is None else item.orphan_until - now,
     )
     await runtime.admission.settle(permit_of(runtime, task), settlement, runtime.clock.now())
-    await runtime.after_completion(task, item, applied)
     return True
 
 
@@ -339,9 +338,11 @@ class UpstreamPoller:
         )
         if not parked:  # a webhook finished it, or the sweeper took it back: not ours anymore
             return
-        # The provider is still working: keep (renew) its slot.
-        keep = Settlement(headers=dict(headers or {}), keep_slot=True)
-        await runtime.admission.settle(permit_of(runtime, task), keep, runtime.clock.now())
+        spec = runtime.kinds.get(task.kind)
+        if spec.poll is not None and spec.poll.holds_slots:
+            # The provider is still working: keep (renew) its slot.
+            keep = Settlement(headers=dict(headers or {}), keep_slot=True)
+            await runtime.admission.settle(permit_of(runtime, task), keep, runtime.clock.now())
         self.wake(at)
 
     async def _give_up(

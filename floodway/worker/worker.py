@@ -19,6 +19,8 @@ import dataclasses
 import heapq
 import itertools
 import logging
+import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,14 +29,14 @@ from floodway.config import WorkerConfig
 from floodway.context import Context
 from floodway.core import changes
 from floodway.core.errors import Unavailable
-from floodway.core.outcome import Completion, Failed, Parked
+from floodway.core.outcome import Applied, Completion, Failed, Parked
 from floodway.core.owners import owner_name
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task, new_token
 from floodway.kinds import UNBOUNDED_CALL_S
 from floodway.limits.base import Permit, Settlement
 from floodway.runtime import Runtime
-from floodway.store.base import ClaimParams, ReadyQuery
+from floodway.store.base import ClaimParams, ReadyQuery, WorkerInfo
 from floodway.worker.completer import Completer
 from floodway.worker.executor import execute
 from floodway.worker.upstream import UpstreamPoller
@@ -42,8 +44,14 @@ from floodway.worker.upstream import UpstreamPoller
 log = logging.getLogger("floodway.worker")
 
 _DEFAULTS = WorkerConfig()
+#: a worker writes its row (GET /v1/workers) this often; a row silent for a day is dropped
+WORKER_BEAT_S = 5.0
+WORKER_STALE_S = 86400.0
 #: open attempts whose provider slots a starting worker holds again, at most
 OPEN_ATTEMPTS_HELD = 10_000
+#: the pause before an outcome the ledger did not take is written again (doubling), at most
+OUTCOME_RETRY_FIRST_S = 0.05
+OUTCOME_RETRY_LONGEST_S = 2.0
 
 
 @dataclass
@@ -95,7 +103,11 @@ class Worker:
         self._slots = asyncio.Semaphore(self.options.concurrency)
         #: tasks of ``running`` whose handler has returned: their outcome is being written
         self._writing = 0
+        #: outcomes the ledger did not take, held and tried again (they count as running)
+        self._unwritten = 0
         self._stopping = asyncio.Event()
+        #: stopped past the grace period: outcomes the ledger does not take are let go
+        self._torn_down = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._confirming: set[asyncio.Task[None]] = set()
@@ -127,6 +139,7 @@ class Worker:
             asyncio.create_task(self._dispatch_loop(), name="floodway-dispatch"),
             asyncio.create_task(self._heartbeat_loop(), name="floodway-heartbeat"),
             asyncio.create_task(self.poller.run(), name="floodway-upstream"),
+            asyncio.create_task(self._beat_loop(), name="floodway-worker-beat"),
         ]
 
     async def stop(self, grace_s: float | None = None) -> None:
@@ -138,12 +151,14 @@ class Worker:
             loop.cancel()
         grace = self.options.grace_s if grace_s is None else grace_s
         jobs = [r.job for r in self.running.values() if r.job is not None]
+        pending: set[asyncio.Task[None]] = set()
         if jobs:
             _, pending = await asyncio.wait(jobs, timeout=grace)
-            for job in pending:
-                job.cancel()
-            if pending:
-                await asyncio.wait(pending)
+        self._torn_down.set()
+        for job in pending:
+            job.cancel()
+        if pending:
+            await asyncio.wait(pending)
         if self._confirming:
             await asyncio.wait(self._confirming)
         for loop in self._loops:
@@ -151,6 +166,10 @@ class Worker:
         for loop in self._loops:
             with contextlib.suppress(asyncio.CancelledError):
                 await loop
+        try:
+            await self.runtime.store.worker_gone(self.owner)
+        except Exception as exc:  # its row goes stale and is dropped in a day
+            log.warning("could not remove worker %s from the ledger: %s", self.owner, exc)
 
     async def _hold_open_attempts(self) -> None:
         """In-process limits start empty: a process that restarts after a crash would
@@ -162,6 +181,8 @@ class Worker:
             if task.kind not in runtime.kinds:
                 continue
             spec = runtime.kinds.get(task.kind)
+            if task.parked and spec.poll is not None and not spec.poll.holds_slots:
+                continue  # a line of a provider batch: no call of its own in flight
             if task.parked:  # its job runs upstream: held until its poll or callback ends it
                 until = runtime.clock.now() + UNBOUNDED_CALL_S
             elif task.lease_owner is None:  # its worker died: held until its call could end
@@ -219,6 +240,9 @@ class Worker:
         return min(concurrency - running, 2 * concurrency - len(self.running))
 
     async def _idle_wait(self) -> None:
+        """Free slots and nothing claimable: wait for work (a submit or a change anywhere,
+        a provider slot given back, a retry due). A slot of this worker freed meanwhile is
+        no reason to look again: there were free ones already."""
         runtime = self.runtime
         timeout = self.options.idle_poll_s
         now = runtime.clock.now()
@@ -233,13 +257,11 @@ class Worker:
             wait_event(runtime.clock, runtime.hub.work_available, timeout)
         )
         remote = asyncio.ensure_future(runtime.store.wait_for_change(timeout))
-        freed = asyncio.ensure_future(self._slot_freed.wait())
         try:
-            await asyncio.wait({local, remote, freed}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({local, remote}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for f in (local, remote, freed):
+            for f in (local, remote):
                 f.cancel()
-            self._slot_freed.clear()
 
     async def _claim(self, limit: int) -> int:
         runtime = self.runtime
@@ -403,18 +425,19 @@ class Worker:
         runtime = self.runtime
         try:
             await runtime.admission.settle(run.permit, settlement, runtime.clock.now())
-            # The provider slot is free now: let the dispatcher admit the next task while the
+            # The provider slot is free now: let the dispatchers admit the next task while the
             # outcome is still being written, rather than after (and without first counting
-            # slots: this one was just given back).
+            # slots: this one was just given back). Without limits a slot frees nothing.
             self._blocked_until = None
-            runtime.hub.work_available.set()
+            if runtime.admission.limited:
+                runtime.hub.work_available.set()
             if run.fenced:
                 log.warning("task %s: lease lost, result dropped", run.task.id)
                 return
             try:
-                applied = await self.completer.write(item)
+                applied = await self._write_outcome(item)
             except Exception:
-                # The lease will expire and the sweeper will reconcile the task.
+                # A bug, not an outage: the lease will expire and the sweeper reconciles it.
                 log.exception("could not write the outcome of %s", run.task.id)
                 return
             if applied.applied and item.next_attempt_at is not None:
@@ -426,12 +449,43 @@ class Worker:
                     item.to.value,
                     applied.status,
                 )
-            await runtime.after_completion(run.task, item, applied)
             self.completed += 1
         finally:
             self.running.pop(run.task.id, None)
             self._writing -= 1
             self._slot_freed.set()
+
+    async def _write_outcome(self, item: Completion) -> Applied:
+        """Write ``item`` until the ledger takes it: an outcome in hand (a call the provider
+        may have billed) is never dropped. While the ledger takes no write (a full disk, a
+        read-only database, an outage) the task holds its worker slot (no claim for work
+        whose outcome could not be written either) and its lease (the heartbeat renews it as
+        soon as writes land again, before the sweeper could take it); the write is tried
+        again with backoff until it lands or the worker is stopped past its grace. Logged
+        once per outage, not once per outcome."""
+        pause = OUTCOME_RETRY_FIRST_S
+        held = False
+        try:
+            while True:
+                try:
+                    return await self.completer.write(item)
+                except Unavailable as exc:
+                    if self._torn_down.is_set():
+                        raise  # stopped past its grace: recovery decides, as after a crash
+                    if not held:
+                        held = True
+                        self._writing -= 1
+                        self._unwritten += 1
+                        if self._unwritten == 1:
+                            log.warning("the ledger takes no outcome, holding them: %s", exc)
+                await wait_event(self.runtime.clock, self._torn_down, pause)
+                pause = min(2 * pause, OUTCOME_RETRY_LONGEST_S)
+        finally:
+            if held:
+                self._writing += 1
+                self._unwritten -= 1
+                if self._unwritten == 0:
+                    log.warning("the ledger takes outcomes again")
 
     # -- upstream jobs ------------------------------------------------------------------------
     async def _park(self, run: _Running, park: Parked) -> None:
@@ -441,7 +495,7 @@ class Worker:
         runtime = self.runtime
         try:
             # Usage is settled when the job ends (by the poller or the webhook), not here.
-            keep = Settlement(headers=run.ctx.response_headers, keep_slot=True)
+            keep = Settlement(headers=run.ctx.response_headers, keep_slot=park.holds_slot)
             await runtime.admission.settle(run.permit, keep, runtime.clock.now())
             if run.fenced:
                 log.warning("task %s: lease lost, not parked", run.task.id)
@@ -464,9 +518,29 @@ class Worker:
             self._writing -= 1
             self._slot_freed.set()
 
+    # -- what GET /v1/workers shows --------------------------------------------------------------
+    async def _beat_loop(self) -> None:
+        runtime = self.runtime
+        info = WorkerInfo(
+            owner=self.owner,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            concurrency=self.options.concurrency,
+            kinds=runtime.kinds.names(),
+            started_at=runtime.clock.now(),
+            heartbeat_at=runtime.clock.now(),
+        )
+        while True:
+            try:
+                await runtime.store.worker_beat(info, runtime.clock.now(), WORKER_STALE_S)
+            except Exception as exc:  # the ledger is away: the next beat tries again
+                log.warning("worker beat failed: %s", exc)
+            await runtime.clock.sleep(WORKER_BEAT_S)
+
     # -- leases -------------------------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
         runtime = self.runtime
+        failing = False
         while True:
             await runtime.clock.sleep(self.options.heartbeat_s)
             leases = [
@@ -478,9 +552,15 @@ class Worker:
                 result = await runtime.store.heartbeat(
                     leases, runtime.clock.now(), self.options.lease_s
                 )
+            except Unavailable as exc:  # an outage: said once, tried again each round
+                if not failing:
+                    log.warning("heartbeats fail, retrying: %s", exc)
+                failing = True
+                continue
             except Exception:
                 log.exception("heartbeat failed")
                 continue
+            failing = False
             for task_id in result.lost:
                 run = self.running.get(task_id)
                 if run is not None:  # fencing: stop working for a lease we no longer hold
