@@ -645,18 +645,20 @@ async def test_park_frees_the_lease_until_the_poll_is_due(store: Store) -> None:
     assert (await load(store, t.id)).poll_attempts == 1
 
 
-async def test_hasten_parked_brings_a_kind_s_late_polls_forward_only(store: Store) -> None:
-    late, soon = await run_one(store), await run_one(store)
+async def test_hasten_parked_makes_a_kind_s_old_enough_polls_due(store: Store) -> None:
+    late, due = await run_one(store), await run_one(store)
+    young = await run_one(store, now=NOW + 8)
     other = await run_one(store, kind="other")
-    for t, at in ((late, NOW + 50), (soon, NOW + 10.5), (other, NOW + 50)):
-        assert await store.park(t.id, "tok-1", "job", at, NOW + 1)
-    # At NOW + 10 the jobs are 10 s old: due within 0.13 x 10 s, no later.
-    assert await store.hasten_parked("echo", 0.13, NOW + 10) == 1
-    assert (await load(store, late.id)).next_attempt_at == pytest.approx(NOW + 11.3)
-    assert (await load(store, soon.id)).next_attempt_at == NOW + 10.5  # sooner already
-    assert (await load(store, other.id)).next_attempt_at == NOW + 50  # another kind
-    (woken,) = await store.claim_parked(ClaimParams("p", "tok-p", KINDS, 1, NOW + 10.5, 30))
-    assert woken.id == soon.id and await store.hasten_parked("echo", 0.13, NOW + 10) == 0
+    for t, at in ((late, NOW + 50), (due, NOW + 9), (young, NOW + 50), (other, NOW + 50)):
+        assert await store.park(t.id, "tok-1", "job", at, NOW + 8)
+    # At NOW + 10, jobs at least 5 s old: the late one is due now; the one due already, the
+    # one 2 s old and another kind's keep their polls.
+    assert await store.hasten_parked("echo", 5.0, NOW + 10) == 1
+    assert (await load(store, late.id)).next_attempt_at == NOW + 10
+    assert (await load(store, due.id)).next_attempt_at == NOW + 9
+    assert (await load(store, young.id)).next_attempt_at == NOW + 50
+    assert (await load(store, other.id)).next_attempt_at == NOW + 50
+    assert await store.hasten_parked("echo", 5.0, NOW + 10) == 0
 
 
 async def test_a_cancel_makes_a_parked_task_s_poll_due_at_once(store: Store) -> None:
