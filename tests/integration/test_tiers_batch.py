@@ -69,7 +69,7 @@ class Rig:
 
     async def queued(self, n: int) -> None:
         """Until ``n`` lines wait in the ledger (the worker parks each task on its line)."""
-        for _ in range(2000):
+        for _ in range(6000):  # a minute at most, on a loaded machine
             pools = await self.fw.runtime.tier_records.pools()
             if sum(p.lines for p in pools) >= n:
                 return
