@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -23,6 +23,7 @@ from floodway.core.errors import (
 from floodway.core.outcome import Completion
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Lane, NewTask, Task
+from floodway.core.tiers import LineResult
 from floodway.store.base import (
     ClaimParams,
     ReadyQuery,
@@ -35,6 +36,7 @@ from floodway.store.base import (
 from floodway.store.postgres import PostgresStore
 from floodway.store.queries import load_migrations, load_queries
 from floodway.store.sqlite import SqliteStore
+from floodway.store.tier_records import TierRecords
 
 from .conftest import PG_URL, Backend
 
@@ -1146,3 +1148,27 @@ async def test_batch_counts_per_status_scoped_to_the_tenant(store: Store) -> Non
     assert sum((await store.batch_counts("b1", None)).values()) == 3
     assert await store.batch_counts("b1", "other-tenant") == {}
     assert await store.batch_counts("nope", None) == {}
+
+
+async def test_a_batch_lines_answer_expires_with_results_and_a_queued_line_stays(
+    store: Store,
+) -> None:
+    records = cast(TierRecords, store)
+    body: dict[str, object] = {"model": "m", "messages": []}
+    await records.add_line("t-answered", "chat", "m", body, None, NOW)
+    await records.add_line("t-queued", "chat", "m", {**body, "n": 2}, None, NOW)
+    batch = await records.pack("chat", "m", 1, NOW)
+    assert batch is not None
+    await records.sent(batch.id, "batch_up", NOW)
+    answered = LineResult("t-answered", True, {"ok": 1}, 3, 4)
+    await records.end_batch(batch.id, [answered], NOW + 1)
+    line = await records.get_line("t-answered")
+    assert line is not None and (line.state, line.result, line.input_tokens) == (
+        "done",
+        {"ok": 1},
+        3,
+    )
+    await store.purge(Retention(NOW + 50, result_ttl_s=10, row_ttl_s=1000))
+    assert await records.get_line("t-answered") is None
+    assert (await records.get_line("t-queued")) is not None
+    assert await records.open_batches() == []
