@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from floodway.clock import Clock, SystemClock, wait_event
+from floodway.clock import Clock, LedgerClock, wait_event
 from floodway.config import KindConfig, Settings, load_settings
 from floodway.core.errors import ConfigError, TaskNotFound, WaitTimeout
 from floodway.core.retry import RetryPolicy
@@ -70,7 +70,8 @@ class Floodway:
         elif database is not None:
             settings = settings.model_copy(update={"database": database})
         self.settings = settings
-        self.clock: Clock = clock or SystemClock()
+        #: by default the ledger's time (a fleet shares it), read through this host's clock
+        self.clock: Clock = clock or LedgerClock()
         self.kinds = KindRegistry()
         self._policy = policy or RetryPolicy()
         self._admission = admission
@@ -173,6 +174,8 @@ class Floodway:
             self.kinds.check_fallbacks()
             store = open_store(self.settings.database)
             await store.open()
+            if isinstance(self.clock, LedgerClock):
+                await self.clock.follow(store.server_time)
             runtime = Runtime(
                 store=store,
                 openai_records=store,
@@ -196,6 +199,8 @@ class Floodway:
             await self._runtime.admission.aclose()
             await self._runtime.store.close()
             self._runtime = None
+        if isinstance(self.clock, LedgerClock):
+            await self.clock.unfollow()
 
     async def __aenter__(self) -> Floodway:
         return await self.open()

@@ -389,6 +389,14 @@ class KindConfig(_Strict):
         "the kind); empty: model, if set",
         json_schema_extra=_for("openai"),
     )
+    max_output_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="the output tokens a request that bounds none (max_tokens, "
+        "max_completion_tokens, max_output_tokens) is estimated at, per answer; unset: its "
+        "model's published limit (docs/spend.md)",
+        json_schema_extra=_for("openai"),
+    )
     cost: str | None = Field(
         None,
         description='the cost estimate: "tokens", "chars" or "fixed:N"; unset: the '

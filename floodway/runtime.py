@@ -10,13 +10,11 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-import httpx
-
 from floodway.clock import Clock, stop_task
 from floodway.config import Settings
 from floodway.context import Context
-from floodway.core.errors import AdmissionRefused, BudgetExceeded, FloodwayError, InvalidInput
-from floodway.core.outcome import Applied, Cancelled, Completion, Failed, Outcome
+from floodway.core.errors import AdmissionRefused, FloodwayError, InvalidInput
+from floodway.core.outcome import Cancelled, Completion, Failed, Outcome
 from floodway.core.retry import RetryPolicy
 from floodway.core.spend import Charge, Usage
 from floodway.core.states import Status
@@ -376,47 +374,3 @@ class Runtime:
 
     def check_fits(self, resource: str | None, cost: float) -> None:
         self.admission.check_fits(resource, cost)
-
-    async def after_completion(self, task: Task, item: Completion, applied: Applied) -> None:
-        """Effects that follow a landed write: alerts for dead letters, poison fallbacks."""
-        if not applied.applied:
-            return
-        if item.to is Status.DEAD:
-            await self.alert(task, item)
-        if item.to is Status.FAILED and item.error is not None and item.error.cls.value == "poison":
-            spec = self.kinds.get(task.kind)
-            if spec.fallback is not None:
-                request = SubmitRequest(
-                    spec.fallback,
-                    task.input,
-                    lane=task.lane,
-                    metadata={**task.metadata, "fallback_of": task.id},
-                )
-                try:
-                    await self.submit([request], tenant=task.tenant)
-                except BudgetExceeded as exc:  # the fallback is a new submission: it may not fit
-                    log.warning("fallback of %s not submitted: %s", task.id, exc)
-
-    async def alert(self, task: Task, item: Completion) -> None:
-        dead = dataclasses.replace(task, status=Status.DEAD, error=item.error)
-        for hook in self.alert_hooks:
-            try:
-                result = hook(dead)
-                if asyncio.iscoroutine(result):
-                    await result
-            except Exception:
-                log.exception("alert hook failed for task %s", task.id)
-        url = self.settings.alert_url
-        if url:
-            body = {
-                "event": "task.dead",
-                "task_id": task.id,
-                "kind": task.kind,
-                "tenant": task.tenant,
-                "error": item.error.to_json() if item.error else None,
-            }
-            try:
-                async with httpx.AsyncClient(timeout=5.0) as client:
-                    await client.post(url, json=body)
-            except httpx.HTTPError as exc:
-                log.warning("alert POST to %s failed: %s", url, exc)

@@ -250,6 +250,10 @@ class SpendLineOut(BaseModel):
     images: float
     calls: int = Field(description="billed calls")
     deduped: int = Field(description="tasks that took another task's result instead of a call")
+    over_estimate: float = Field(
+        description="what calls billed above the estimate their tasks were admitted at "
+        "(a budget admits by the estimate)"
+    )
 
 
 class SpendPointOut(BaseModel):

@@ -115,6 +115,11 @@ class Admission(Protocol):
         """The permit a task of ``kind`` holds, rebuilt from its row by another process."""
         ...
 
+    async def sending(self, permit: Permit) -> Permit:
+        """The task's call is about to go out: its permit, with what the limits need to know
+        of the moment it was sent (the calls in flight then)."""
+        ...
+
     async def settle(self, permit: Permit, settlement: Settlement, now: float) -> None:
         """The task stopped using the provider (or reported usage): release and adjust."""
         ...
@@ -174,6 +179,9 @@ class NoLimits:
 
     def permit_for(self, task_id: str, kind: str, tenant: str, cost: float) -> Permit:
         return Permit(task_id, None, tenant, cost)
+
+    async def sending(self, permit: Permit) -> Permit:
+        return permit
 
     async def settle(self, permit: Permit, settlement: Settlement, now: float) -> None:
         return None

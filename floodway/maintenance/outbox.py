@@ -13,25 +13,35 @@ API key as the secret (``"floodway"`` when the API is open). The body is
 ``{"type": "task.<status>", "timestamp": ..., "data": <Task JSON>}``; ``webhook-id`` is the
 same for every attempt at one terminal state, so receivers can drop duplicates: delivery is
 at-least-once.
+
+The same deliverer carries out the other effects of a completion, which its write put in the
+outbox (``Store.due_effects``) in its own transaction: a poison task's fallback is submitted
+(under the request key ``fallback:<task>``, so a delivery repeated after a crash is the same
+submit), and a dead task's alert goes to the ``on_dead`` hooks and is POSTed to
+``alert_url``, retried as callbacks are. A crash between the completion and its effects loses
+none, and a slow alert endpoint never holds a worker's slot.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from datetime import UTC, datetime
 
 import httpx
 
 from floodway.clock import event_set_within, stop_task
 from floodway.core.backoff import Backoff
+from floodway.core.errors import FloodwayError, Unavailable
 from floodway.core.owners import owner_name
-from floodway.core.task import Task
+from floodway.core.task import SubmitRequest, Task
 from floodway.maintenance.leader import lead
 from floodway.runtime import Runtime
+from floodway.store.base import DueEffect
 from floodway.version import __version__
 from floodway.wire.signing import signed_headers
 from floodway.wire.tasks import task_json
@@ -102,16 +112,19 @@ class Outbox:
         if not await lead(store, LEADER_NAME, self.owner, now, self.leader_ttl_s):
             return 0
         due = await store.due_callbacks(now, self.batch)
-        if not due:
+        effects = await store.due_effects(now, self.batch)
+        if not due and not effects:
             return 0
         gate = asyncio.Semaphore(self.concurrency)
 
-        async def one(task: Task) -> None:
+        async def one(delivery: Awaitable[None]) -> None:
             async with gate:
-                await self._deliver(task)
+                await delivery
 
-        await asyncio.gather(*(one(t) for t in due))
-        return len(due)
+        await asyncio.gather(
+            *(one(self._deliver(t)) for t in due), *(one(self._effect(e)) for e in effects)
+        )
+        return max(len(due), len(effects))
 
     async def _loop(self) -> None:
         hub = self.runtime.hub
@@ -180,3 +193,76 @@ class Outbox:
         await store.callback_result(task.id, "pending", next_at)
         self._next_due = next_at if self._next_due is None else min(self._next_due, next_at)
         counts["retry"] += 1
+
+    # -- a completion's effects ---------------------------------------------------------------
+    async def _effect(self, due: DueEffect) -> None:
+        store, now = self.runtime.store, self.runtime.clock.now()
+        try:
+            if due.effect == "fallback":
+                done, why = await self._fallback(due.task)
+            else:
+                done, why = await self._alert(due)
+        except Unavailable as exc:  # the ledger or the limiter: the next pass tries again
+            done, why = False, f"{type(exc).__name__}: {exc}"
+        attempts = due.attempts + 1
+        if done:
+            await store.effect_done(due.seq)
+        elif attempts >= self.config.max_attempts:
+            log.warning("%s of %s given up after %d: %s", due.effect, due.task.id, attempts, why)
+            await store.effect_done(due.seq)
+        else:
+            next_at = now + self.backoff.delay(attempts, self._rng)
+            log.info("%s of %s failed (%s); retry %d", due.effect, due.task.id, why, attempts)
+            await store.effect_retry(due.seq, next_at)
+            self._next_due = next_at if self._next_due is None else min(self._next_due, next_at)
+
+    async def _fallback(self, task: Task) -> tuple[bool, str]:
+        """Submit the kind's fallback for a poison task (done: submitted, or nothing to do)."""
+        runtime = self.runtime
+        if task.kind not in runtime.kinds:
+            return False, f"kind {task.kind!r} has no handler in this process"
+        fallback = runtime.kinds.get(task.kind).fallback
+        if fallback is None:
+            return True, ""
+        request = SubmitRequest(
+            fallback,
+            task.input,
+            lane=task.lane,
+            key=f"fallback:{task.id}",
+            metadata={**task.metadata, "fallback_of": task.id},
+        )
+        try:
+            await runtime.submit([request], tenant=task.tenant)
+        except Unavailable:
+            raise
+        except FloodwayError as exc:  # a new submission: it may not fit the budget, say
+            log.warning("fallback of %s not submitted: %s", task.id, exc)
+        return True, ""
+
+    async def _alert(self, due: DueEffect) -> tuple[bool, str]:
+        """The dead task to the ``on_dead`` hooks (on the first delivery) and ``alert_url``."""
+        task = due.task
+        if due.attempts == 0:
+            for hook in self.runtime.alert_hooks:
+                try:
+                    result = hook(task)
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception:
+                    log.exception("alert hook failed for task %s", task.id)
+        url = self.runtime.settings.alert_url
+        if not url:
+            return True, ""
+        assert self._client is not None
+        body = {
+            "event": "task.dead",
+            "task_id": task.id,
+            "kind": task.kind,
+            "tenant": task.tenant,
+            "error": task.error.to_json() if task.error else None,
+        }
+        try:
+            async with self._client.stream("POST", url, json=body) as resp:
+                return resp.is_success, f"answered {resp.status_code}"
+        except Exception as exc:  # the receiver's failure, never ours to raise
+            return False, f"{type(exc).__name__}: {exc}"

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from floodway.core.outcome import Applied, Completion, Succeeded
+from floodway.core.outcome import Applied, Completion, Effect, Succeeded
 from floodway.core.spend import Budget, Charge
 from floodway.core.states import Status
 from floodway.core.task import Candidate, Lane, NewTask, Submitted, Task
@@ -153,6 +153,18 @@ class SpendLine:
     images: float
     calls: int  # billed calls
     deduped: int  # tasks that took another's result instead of a call
+    over_estimate: float  # what calls billed above the holds their tasks were admitted at
+
+
+@dataclass(frozen=True)
+class DueEffect:
+    """An effect of a completion waiting in the outbox: ``seq`` names it to
+    :meth:`Store.effect_done` and :meth:`Store.effect_retry`."""
+
+    seq: int
+    effect: Effect
+    attempts: int  # deliveries tried before
+    task: Task  # as it is now
 
 
 @dataclass(frozen=True)
@@ -254,6 +266,11 @@ class Store(Protocol):
 
     async def wait_for_change(self, timeout: float) -> bool:
         """Block until another process may have written (or ``timeout``); True on a change."""
+        ...
+
+    async def server_time(self) -> float | None:
+        """The ledger server's clock, which the processes sharing the ledger keep to
+        (:class:`floodway.clock.LedgerClock`); None: the ledger is on this host."""
         ...
 
     def subscribe(self) -> ChangeReader:
@@ -373,6 +390,12 @@ class Store(Protocol):
         """Take the lease of parked tasks due for a poll (the attempt count is unchanged)."""
         ...
 
+    async def hasten_parked(self, kind: str, ratio: float, now: float) -> int:
+        """Bring the next poll of each parked task of ``kind`` forward to at most ``ratio`` x
+        its job's age from ``now`` (news that shortens the schedule: the kind's first job
+        seen finished); how many moved."""
+        ...
+
     async def next_parked_at(self) -> float | None: ...
 
     async def find_upstream(self, kind: str, ref: str) -> Task | None: ...
@@ -383,6 +406,18 @@ class Store(Protocol):
 
     async def callback_result(self, task_id: str, state: str, next_at: float | None) -> None:
         """state: 'delivered', 'failed' (gave up) or 'pending' (try again at ``next_at``)."""
+        ...
+
+    async def due_effects(self, now: float, limit: int) -> list[DueEffect]:
+        """Completions' effects due now (written by the completion, in its transaction)."""
+        ...
+
+    async def effect_done(self, seq: int) -> None:
+        """Delivered (or given up): out of the outbox."""
+        ...
+
+    async def effect_retry(self, seq: int, due_at: float) -> None:
+        """Not delivered: try again at ``due_at`` (one more attempt counted)."""
         ...
 
     # -- requests from people ---------------------------------------------------------------
@@ -459,6 +494,12 @@ class Store(Protocol):
 
     async def take_lead(self, name: str, owner: str, dead: str, now: float, ttl_s: float) -> bool:
         """Take the lead of ``name`` from ``dead`` (known dead), if it still holds it."""
+        ...
+
+    async def probe_write(self, now: float) -> None:
+        """A write the ledger must take (this process's own lease row, renewed): raises
+        :class:`~floodway.core.errors.StoreError` while it takes none (a full disk, a
+        read-only database), which a read alone does not show."""
         ...
 
     # -- liveness: a process's death is seen at once, not after its leases expire ----------

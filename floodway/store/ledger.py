@@ -29,6 +29,7 @@ from floodway.store.base import (
     BudgetUse,
     ChangeListener,
     ClaimParams,
+    DueEffect,
     HeartbeatResult,
     Leader,
     Purged,
@@ -58,6 +59,8 @@ from floodway.store.rows import (
 from floodway.store.steps import Query, Row, Rule, all_rows, count, one
 
 T = TypeVar("T")
+#: how long the row of :meth:`Ledger.probe_write` outlives its last write
+PROBE_TTL_S = 300.0
 
 
 class Ledger(LedgerOpenAIRecords, ABC):
@@ -222,6 +225,7 @@ class Ledger(LedgerOpenAIRecords, ABC):
                 float(r["images"]),
                 int(r["calls"]),
                 int(r["deduped"]),
+                float(r["over_estimate"]),
             )
             for r in await self._all("spend_totals", **params)
         )
@@ -282,6 +286,10 @@ class Ledger(LedgerOpenAIRecords, ABC):
         rows = await self._write(lambda _: all_rows("claim_parked", **args))
         return [task_from_row(r) for r in rows]
 
+    async def hasten_parked(self, kind: str, ratio: float, now: float) -> int:
+        params = {"kind": kind, "ratio": ratio, "now": now}
+        return await self._write(lambda _: count("hasten_parked", **params))
+
     async def next_parked_at(self) -> float | None:
         row = await self._one("next_parked_at")
         return None if row is None else row["at"]
@@ -296,6 +304,19 @@ class Ledger(LedgerOpenAIRecords, ABC):
     async def callback_result(self, task_id: str, state: str, next_at: float | None) -> None:
         params = {"id": task_id, "state": state, "next_at": next_at}
         await self._write(lambda _: count("callback_result", **params))
+
+    async def due_effects(self, now: float, limit: int) -> list[DueEffect]:
+        rows = await self._all("due_effects", now=now, limit=limit)
+        return [
+            DueEffect(r["effect_seq"], r["effect"], r["effect_attempts"], task_from_row(r))
+            for r in rows
+        ]
+
+    async def effect_done(self, seq: int) -> None:
+        await self._write(lambda _: count("effect_done", seq=seq))
+
+    async def effect_retry(self, seq: int, due_at: float) -> None:
+        await self._write(lambda _: count("effect_retry", seq=seq, due_at=due_at))
 
     # -- requests from people ------------------------------------------------------------
     async def request_cancel(self, task_id: str, tenant: str | None, now: float) -> Task:
@@ -356,6 +377,10 @@ class Ledger(LedgerOpenAIRecords, ABC):
     async def try_lead(self, name: str, owner: str, now: float, ttl_s: float) -> bool:
         params = {"name": name, "owner": owner, "now": now, "expires_at": now + ttl_s}
         return await self._write(lambda _: one("try_lead", **params)) is not None
+
+    async def probe_write(self, now: float) -> None:
+        # Owned as ``identity:role`` like the leader leases, so it goes with the process.
+        await self.try_lead(f"probe:{self.identity}", f"{self.identity}:probe", now, PROBE_TTL_S)
 
     async def leader(self, name: str) -> Leader | None:
         row = await self._one("leader", name=name)

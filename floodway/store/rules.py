@@ -32,6 +32,7 @@ from enum import Enum
 from functools import cached_property
 from typing import Any
 
+from floodway.core.changes import ended_for_waiters
 from floodway.core.errors import (
     AdmissionRefused,
     AttemptStillOpen,
@@ -317,6 +318,7 @@ def record_spend(charges: Sequence[tuple[str, Charge | None]], now: float) -> Ru
     ]
     if rows:
         yield from count("insert_spend", rows=rows, at=now)
+        yield from count("note_over_estimate", rows=rows)
 
 
 def record_saved(pairs: Sequence[tuple[str, str]], now: float) -> Rule[None]:
@@ -324,6 +326,13 @@ def record_saved(pairs: Sequence[tuple[str, str]], now: float) -> Rule[None]:
     if pairs:
         rows = [{"task_id": task_id, "source": source} for task_id, source in pairs]
         yield from count("insert_saved", rows=rows, at=now)
+
+
+def record_effects(landed: Sequence[Completion], now: float) -> Rule[None]:
+    """The effects of the completions that landed, in the outbox, in their transaction."""
+    rows = [{"task_id": i.task_id, "effect": effect} for i in landed for effect in i.effects]
+    if rows:
+        yield from count("insert_effects", rows=rows, now=now)
 
 
 # -- the work rule --------------------------------------------------------------------------
@@ -454,6 +463,7 @@ def complete(
     moved = {r["id"]: r for r in (yield from complete_many(given, now))}
     # Before the work is released: a deduped waiter's saving is the cost written here.
     yield from record_spend([(i.task_id, i.charge) for i in items if i.task_id in moved], now)
+    yield from record_effects([i for i in items if i.task_id in moved], now)
     missed = [i for i in items if i.task_id not in moved]
     found: dict[str, Row] = {}
     if missed:
@@ -487,6 +497,7 @@ def complete_one(item: Completion, now: float, changes: list[TaskChange]) -> Rul
     yield from event(item.task_id, item.to, now, row["attempts"], _detail(item))
     changes.append(TaskChange(item.task_id, item.to, row["tenant"]))
     yield from record_spend([(item.task_id, item.charge)], now)
+    yield from record_effects([item], now)
     freed: tuple[str, ...] = ()
     if item.closes_attempt:
         freed = yield from release_work(
@@ -773,14 +784,7 @@ def cancel(task_id: str, tenant: str | None, now: float, changes: list[TaskChang
             yield from count("request_cancel_running", id=task_id, now=now)
             return (yield from load(task_id))
         # Others wait for this work: this task ends now, its call goes on for them.
-        item = Completion(
-            task_id,
-            Status.CANCELLED,
-            Status.RUNNING,
-            task.lease_token,
-            error=error,
-            keep_attempt=True,
-        )
+        item = ended_for_waiters(task, Status.CANCELLED, error)
         if not (yield from complete_one(item, now, changes)).applied:
             raise IllegalTransition(task.status, Status.CANCELLED, "the task changed meanwhile")
         return (yield from load(task_id))

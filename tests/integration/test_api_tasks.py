@@ -85,7 +85,7 @@ async def test_submit_answers_202_with_the_task_json(api: ApiServer) -> None:
     assert task["reused"] is False
     assert task["kind"] == "sim" and task["lane"] == "interactive" and task["tenant"] == "default"
     assert task["input"] == {"prompt": "a cat"} and task["metadata"] == {"m": 1}
-    assert task["cost"] == {"estimated": 0.0, "actual": None}
+    assert task["cost"] == {"estimated": 0.0, "actual": None, "held": 0.0, "over_estimate": 0.0}
     iso(task["created_at"]), iso(task["updated_at"]), iso(task["deadline_at"])
 
     done = await wait_terminal(http, task["id"])

@@ -230,6 +230,7 @@ WHERE tasks.waits_for = %(waits_for)s AND tasks.status = 'queued';
 -- Up to the limit of ready tasks of EACH tenant with work, so admission control can take turns.
 -- The recursive part is a skip-scan over tasks_ready_tenant (one index probe per tenant);
 -- the lateral part reads each tenant's queue in dispatch order along the same index.
+-- lane_rank, not lane: the lane a task is dispatched in may be one a waiter lent it.
 WITH RECURSIVE tenants(name) AS (
     SELECT min(tenant) FROM tasks
     WHERE status IN ('queued', 'retrying') AND waits_for IS NULL
@@ -239,7 +240,8 @@ WITH RECURSIVE tenants(name) AS (
               AND tenant > tenants.name)
     FROM tenants WHERE tenants.name IS NOT NULL
 )
-SELECT t.id, t.kind, t.tenant, t.lane, t.cost_estimated, t.seq, t.created_at, t.deadline_at
+SELECT t.id, t.kind, t.tenant, t.lane_rank, t.cost_estimated, t.seq, t.created_at,
+       t.deadline_at
 FROM tenants CROSS JOIN LATERAL (
     SELECT y.* FROM tasks y
     WHERE y.tenant = tenants.name AND y.status IN ('queued', 'retrying')
@@ -443,6 +445,12 @@ RETURNING *;
 -- name: next_parked_at
 SELECT min(next_attempt_at) AS at FROM tasks WHERE status = 'running' AND parked;
 
+-- name: hasten_parked
+UPDATE tasks
+SET next_attempt_at = %(now)s::float8 + %(ratio)s::float8 * (%(now)s::float8 - started_at)
+WHERE status = 'running' AND parked AND kind = %(kind)s AND started_at IS NOT NULL
+  AND next_attempt_at > %(now)s::float8 + %(ratio)s::float8 * (%(now)s::float8 - started_at);
+
 -- name: find_upstream
 SELECT * FROM tasks WHERE kind = %(kind)s AND upstream_ref = %(ref)s LIMIT 1;
 
@@ -454,6 +462,23 @@ ORDER BY callback_next_at LIMIT %(limit)s;
 UPDATE tasks SET callback_state = %(state)s, callback_attempts = callback_attempts + 1,
     callback_next_at = %(next_at)s::double precision
 WHERE id = %(id)s AND callback_state = 'pending';
+
+-- A completion's effects, in its transaction (migration 011).
+-- name: insert_effects
+INSERT INTO effects (task_id, effect, due_at)
+SELECT g.task_id, g.effect, %(now)s
+FROM json_to_recordset(%(rows)s::json) AS g(task_id text, effect text);
+
+-- name: due_effects
+SELECT e.seq AS effect_seq, e.effect, e.attempts AS effect_attempts, t.*
+FROM effects e JOIN tasks t ON t.id = e.task_id
+WHERE e.due_at <= %(now)s ORDER BY e.due_at LIMIT %(limit)s;
+
+-- name: effect_done
+DELETE FROM effects WHERE seq = %(seq)s;
+
+-- name: effect_retry
+UPDATE effects SET attempts = attempts + 1, due_at = %(due_at)s WHERE seq = %(seq)s;
 
 -- -- recovery and maintenance -----------------------------------------------------------------
 
@@ -542,17 +567,24 @@ SELECT (SELECT COALESCE(sum(cost), 0) FROM spend WHERE tenant = %(tenant)s AND a
           AND status IN ('queued', 'running', 'retrying')) AS held;
 
 -- name: insert_spend
-INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images)
-SELECT t.id, t.tenant, t.kind, %(at)s, g.cost, g.input_tokens, g.output_tokens, g.images
+INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images,
+                   over_estimate)
+SELECT t.id, t.tenant, t.kind, %(at)s, g.cost, g.input_tokens, g.output_tokens, g.images,
+       greatest(0, g.cost - t.spend_hold)
 FROM json_to_recordset(%(rows)s::json) AS g(
         task_id text, cost double precision, input_tokens double precision,
         output_tokens double precision, images double precision)
 JOIN tasks t ON t.id = g.task_id;
 
+-- name: note_over_estimate
+UPDATE tasks SET over_estimate = tasks.over_estimate + (g.cost - tasks.spend_hold)
+FROM json_to_recordset(%(rows)s::json) AS g(task_id text, cost double precision)
+WHERE tasks.id = g.task_id AND g.cost > tasks.spend_hold;
+
 -- A deduped task saved what its source's work cost.
 -- name: insert_saved
-INSERT INTO spend (task_id, tenant, kind, at, saved)
-SELECT t.id, t.tenant, t.kind, %(at)s,
+INSERT INTO spend (task_id, tenant, kind, at, deduped, saved)
+SELECT t.id, t.tenant, t.kind, %(at)s, true,
        (SELECT COALESCE(sum(s.cost), 0) FROM spend s WHERE s.task_id = g.source)
 FROM json_to_recordset(%(rows)s::json) AS g(task_id text, source text)
 JOIN tasks t ON t.id = g.task_id;
@@ -560,8 +592,8 @@ JOIN tasks t ON t.id = g.task_id;
 -- name: spend_totals
 SELECT tenant, kind, sum(cost) AS cost, sum(saved) AS saved,
        sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
-       sum(images) AS images, count(*) FILTER (WHERE saved = 0) AS calls,
-       count(*) FILTER (WHERE saved <> 0) AS deduped
+       sum(images) AS images, sum(over_estimate) AS over_estimate,
+       count(*) FILTER (WHERE NOT deduped) AS calls, count(*) FILTER (WHERE deduped) AS deduped
 FROM spend
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text) AND at >= %(since)s
@@ -717,3 +749,7 @@ WHERE id = %(id)s AND tenant = %(tenant)s AND finished_at IS NOT NULL;
 
 -- name: forget_stream
 DELETE FROM stream_events WHERE task_id = %(id)s;
+
+-- The server's clock as it is now (not the transaction's start), for LedgerClock.
+-- name: server_time
+SELECT extract(epoch FROM clock_timestamp())::float8 AS now;
