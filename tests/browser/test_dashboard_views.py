@@ -221,6 +221,21 @@ async def test_cost_is_money_when_the_kind_has_a_price(dash: Dash, open_page: Op
         "0.04 estimated at the kind's price (1 units, 1 used)",
         "1,100 units estimated (the kind has no price)",
     ]
+    # The fixture's priced kind (chat, on "llm") in money; a free one (sim) in units.
+    page = watched.page
+    for task_id, priced in ((dash.ids["chat"][0], True), (dash.ids["succeeded"][0], False)):
+        cost = (await dash.http.get(f"/v1/tasks/{task_id}")).json()["cost"]
+        assert (cost["held"] > 0) is priced
+        await page.fill("#task-id", task_id)
+        await page.press("#task-id", "Enter")
+        await page.wait_for_selector(f'#task-title:has-text("{task_id}")')
+        fields = await page.inner_text("#task-fields")
+        expected = await page.evaluate(
+            """async (cost) => (await import("./static/format.js")).costText(cost)""", cost
+        )
+        assert expected in fields
+        assert ("at the kind's price" in fields) is priced
+    assert watched.errors == []
 
 
 async def test_a_tenant_key_after_the_hash_shows_that_tenant_only(

@@ -79,6 +79,7 @@ export class TaskList {
 
   first() {
     this.cursors = [null];
+    message("tasks-message", ""); // a new list: what was said of the last one is done
     return this.page(0);
   }
 
@@ -93,7 +94,6 @@ export class TaskList {
       this.cursors = [...this.cursors.slice(0, index), after];
       this.next = page.next;
       this.render(page.items);
-      message("tasks-message", "");
     } catch (error) {
       if (error.status === 401) this.onAuth(error);
       message("tasks-message", `Could not list the tasks: ${problemText(error)}`, "error");
