@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from floodway.core.jobs import Job, Start
 from floodway.core.outcome import Applied, Completion, Effect, Succeeded
 from floodway.core.spend import Budget, Charge
 from floodway.core.states import Status
@@ -154,6 +155,7 @@ class SpendLine:
     calls: int  # billed calls
     deduped: int  # tasks that took another's result instead of a call
     over_estimate: float  # what calls billed above the holds their tasks were admitted at
+    tier_saved: float = 0.0  # what the batch and flex tiers saved against the sync price
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,22 @@ class Leader:
 
 
 ChangeListener = Callable[[Sequence[TaskChange]], None]
+
+
+class JobPlanner(Protocol):
+    """What turns a job's next step into a task: the kind's defaults, cost and price (the
+    runtime's: the ledger knows no kinds), and the time it is written at."""
+
+    @property
+    def max_items(self) -> int:
+        """The most tasks one ``for_each`` step may fan out to."""
+        ...
+
+    def now(self) -> float: ...
+
+    def task(self, job: Job, start: Start) -> NewTask:
+        """The step's task; raises a FloodwayError for an input its kind refuses."""
+        ...
 
 
 class ChangeReader(Protocol):
@@ -295,7 +313,8 @@ class Store(Protocol):
         ...
 
     async def ended(self, task_ids: Sequence[str]) -> set[str]:
-        """Which of ``task_ids`` are terminal (one read for a whole set of waiters)."""
+        """Which of ``task_ids`` are terminal (one read for a whole set of waiters); a job's id
+        among them is there once the job ended."""
         ...
 
     # -- submit and read -------------------------------------------------------------------

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from floodway.core.errors import IllegalTransition
+from floodway.core.jobs import JOB_PREFIX
 from floodway.core.outcome import Applied, Completion, Succeeded
 from floodway.core.owners import new_identity
 from floodway.core.spend import Budget, Charge
@@ -47,6 +48,7 @@ from floodway.store.base import (
     WorkerTask,
 )
 from floodway.store.group import Write, Written
+from floodway.store.jobs import LedgerJobs
 from floodway.store.openai_records import LedgerOpenAIRecords
 from floodway.store.rows import (
     candidate_from_row,
@@ -57,13 +59,14 @@ from floodway.store.rows import (
     task_from_row,
 )
 from floodway.store.steps import Query, Row, Rule, all_rows, count, one
+from floodway.store.tier_records import LedgerTierRecords
 
 T = TypeVar("T")
 #: how long the row of :meth:`Ledger.probe_write` outlives its last write
 PROBE_TTL_S = 300.0
 
 
-class Ledger(LedgerOpenAIRecords, ABC):
+class Ledger(LedgerOpenAIRecords, LedgerJobs, LedgerTierRecords, ABC):
     url: str
 
     def __init__(self, url: str) -> None:
@@ -92,7 +95,7 @@ class Ledger(LedgerOpenAIRecords, ABC):
         merge: rules.Submission | None = None,
     ) -> T:
         """Run a write; this process's listeners hear of its changes after the commit."""
-        done = await self._commit(Write(rule, wake, merge))
+        done = await self._commit(Write(self.advancing(rule), wake, merge))
         if done.error is not None:
             raise done.error
         if done.changes:
@@ -151,8 +154,12 @@ class Ledger(LedgerOpenAIRecords, ABC):
         return bool(await self._write(rule))
 
     async def ended(self, task_ids: Sequence[str]) -> set[str]:
-        rows = await self._all("attempts_of_ids", ids=list(task_ids))
-        return {r["id"] for r in rows if Status(r["status"]) in TERMINAL}
+        jobs = [i for i in task_ids if i.startswith(JOB_PREFIX)]  # a job's waiters' too
+        rows = await self._all("attempts_of_ids", ids=[i for i in task_ids if i not in jobs])
+        found = {r["id"] for r in rows if Status(r["status"]) in TERMINAL}
+        if jobs:
+            found.update(r["id"] for r in await self._all("jobs_ended", ids=jobs))
+        return found
 
     async def list_tasks(self, query: TaskQuery) -> list[Task]:
         return await self._tasks(list_query(query), **list_params(query))
@@ -226,6 +233,7 @@ class Ledger(LedgerOpenAIRecords, ABC):
                 int(r["calls"]),
                 int(r["deduped"]),
                 float(r["over_estimate"]),
+                float(r["tier_saved"]),
             )
             for r in await self._all("spend_totals", **params)
         )
