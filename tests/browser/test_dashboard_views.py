@@ -337,3 +337,43 @@ async def test_screenshots_of_the_views(dash: Dash, open_page: OpenPage, screens
         path=str(screenshots / "dashboard-task.png")
     )
     assert watched.errors == []
+
+
+async def test_a_job_is_shown_as_its_steps(
+    dash: Dash, open_page: OpenPage, screenshots: Path
+) -> None:
+    body = {
+        "steps": [
+            {"name": "draft", "kind": "sim", "input": {"job": "draft"}},
+            {"name": "review", "kind": "sim", "input": {"job": "review"}, "after": ["draft"]},
+            {"name": "publish", "kind": "slow", "input": {"job": "publish"}, "after": ["review"]},
+        ]
+    }
+    sent = await dash.http.post("/v1/jobs", json=body)
+    assert sent.status_code == 202, sent.text
+    job_id = sent.json()["id"]
+
+    async def publishing() -> bool:
+        job = (await dash.http.get(f"/v1/jobs/{job_id}")).json()
+        return [s["status"] for s in job["steps"]][:2] == ["succeeded", "succeeded"]
+
+    await eventually(publishing)
+    watched = await open_page(dash.url)
+    page = watched.page
+    await page.click(f'#jobs-rows tr[data-job-id="{job_id}"] button')
+    await page.wait_for_selector(f'#job-title:has-text("{job_id}")')
+    job = (await dash.http.get(f"/v1/jobs/{job_id}")).json()
+    steps = await page.locator("#job-steps > li").evaluate_all(
+        "items => items.map(i => [i.dataset.step, i.dataset.status])"
+    )
+    assert steps == [[s["name"], s["status"]] for s in job["steps"]]
+    assert steps[:2] == [["draft", "succeeded"], ["review", "succeeded"]]
+    assert "after review" in await page.inner_text('#job-steps > li[data-step="publish"]')
+    # A step's task opens in the task view.
+    draft_task = job["steps"][0]["tasks"][0]["id"]
+    await page.click(f'#job-steps button[data-task-id="{draft_task}"]')
+    await page.wait_for_selector(f'#task-title:has-text("{draft_task}")')
+    await page.locator("section", has=page.locator("#jobs-title")).screenshot(
+        path=str(screenshots / "dashboard-jobs.png")
+    )
+    assert watched.errors == []
