@@ -177,7 +177,11 @@ class Floodway:
             store = open_store(self.settings.database)
             await store.open()
             if isinstance(self.clock, LedgerClock):
-                await self.clock.follow(store.server_time)
+                try:
+                    await self.clock.follow(store.server_time)
+                except BaseException:  # not opened after all: let go of the ledger
+                    await store.close()
+                    raise
             runtime = Runtime(
                 store=store,
                 openai_records=store,
