@@ -500,6 +500,8 @@ class KindConfig(_Strict):
             raise ValueError('tiers must include "sync": interactive tasks and close deadlines')
         if self.tiers != ["sync"] and self.adapter != "openai":
             raise ValueError(f"tiers: flex and batch need the openai adapter, not {self.adapter!r}")
+        if "batch" in self.tiers and self.endpoint == "images":
+            raise ValueError("tiers: the Batch API does not run image generation")
         return self
 
     @property

@@ -294,8 +294,8 @@ class Ledger(LedgerOpenAIRecords, LedgerJobs, LedgerTierRecords, ABC):
         rows = await self._write(lambda _: all_rows("claim_parked", **args))
         return [task_from_row(r) for r in rows]
 
-    async def hasten_parked(self, kind: str, ratio: float, now: float) -> int:
-        params = {"kind": kind, "ratio": ratio, "now": now}
+    async def hasten_parked(self, kind: str, older_than_s: float, now: float) -> int:
+        params = {"kind": kind, "older_than": older_than_s, "now": now}
         return await self._write(lambda _: count("hasten_parked", **params))
 
     async def next_parked_at(self) -> float | None:

@@ -447,10 +447,9 @@ RETURNING *;
 SELECT min(next_attempt_at) AS at FROM tasks WHERE status = 'running' AND parked;
 
 -- name: hasten_parked
-UPDATE tasks
-SET next_attempt_at = %(now)s::float8 + %(ratio)s::float8 * (%(now)s::float8 - started_at)
-WHERE status = 'running' AND parked AND kind = %(kind)s AND started_at IS NOT NULL
-  AND next_attempt_at > %(now)s::float8 + %(ratio)s::float8 * (%(now)s::float8 - started_at);
+UPDATE tasks SET next_attempt_at = %(now)s
+WHERE status = 'running' AND parked AND kind = %(kind)s AND next_attempt_at > %(now)s
+  AND started_at <= %(now)s::float8 - %(older_than)s::float8;
 
 -- name: find_upstream
 SELECT * FROM tasks WHERE kind = %(kind)s AND upstream_ref = %(ref)s LIMIT 1;

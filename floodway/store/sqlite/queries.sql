@@ -290,9 +290,9 @@ RETURNING *;
 SELECT min(next_attempt_at) AS at FROM tasks WHERE status = 'running' AND parked = 1;
 
 -- name: hasten_parked
-UPDATE tasks SET next_attempt_at = :now + :ratio * (:now - started_at)
-WHERE status = 'running' AND parked = 1 AND kind = :kind AND started_at IS NOT NULL
-  AND next_attempt_at > :now + :ratio * (:now - started_at);
+UPDATE tasks SET next_attempt_at = :now
+WHERE status = 'running' AND parked = 1 AND kind = :kind AND next_attempt_at > :now
+  AND started_at <= :now - :older_than;
 
 -- name: find_upstream
 SELECT * FROM tasks WHERE kind = :kind AND upstream_ref = :ref LIMIT 1;
