@@ -226,13 +226,12 @@ class ApiConfig(_Strict):
     stream_keepalive: Duration = Field(
         10.0, gt=0, description="a waiting OpenAI stream's keep-alive comments, this often"
     )
-    #: hosts a task's ``callback_url`` may name (``hooks.example.com``, ``*.example.com``);
-    #: empty = any. Set it when callers are not trusted: the outbox POSTs from inside your
-    #: network, so an open list lets a caller aim it at internal addresses (SSRF).
+    #: the outbox POSTs from inside your network: a host not listed here is called only at a
+    #: public address (floodway.core.addresses), so list internal receivers by name or address
     callback_hosts: list[str] = Field(
         default_factory=list,
-        description='hosts a callback_url may name ("hooks.example.com", "*.example.com"); '
-        "empty = any (set it when callers are not trusted)",
+        description='hosts a callback_url may name ("hooks.example.com", "*.example.com", '
+        '"10.0.0.7"), at any address; empty = any host at a public address',
     )
     max_file_bytes: int = Field(
         16 * 1_048_576,
