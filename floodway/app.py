@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -268,6 +269,11 @@ class Floodway:
         if task is None:
             raise TaskNotFound(task_id)
         return task
+
+    async def server_key(self, name: str, size: int) -> bytes:
+        """The deployment's random key ``name`` (``size`` bytes), made on first use and the
+        same for every process of the ledger."""
+        return bytes.fromhex(await self.store.server_key(name, secrets.token_hex(size)))
 
     async def list_tasks(self, query: TaskQuery | None = None) -> list[Task]:
         await self.open()

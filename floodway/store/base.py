@@ -412,6 +412,11 @@ class Store(Protocol):
         """Take the lead of ``name`` from ``dead`` (known dead), if it still holds it."""
         ...
 
+    async def server_key(self, name: str, new: str) -> str:
+        """The deployment's key ``name``: the one stored, else ``new``, stored now (whichever
+        process stores first, every process gets that one)."""
+        ...
+
     # -- liveness: a process's death is seen at once, not after its leases expire ----------
     async def dead(self, identities: Sequence[str]) -> set[str]:
         """Those of ``identities`` whose process is certainly dead (its liveness lock is free).

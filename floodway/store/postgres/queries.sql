@@ -683,3 +683,9 @@ WHERE id = %(id)s AND tenant = %(tenant)s AND finished_at IS NOT NULL;
 
 -- name: forget_stream
 DELETE FROM stream_events WHERE task_id = %(id)s;
+
+-- name: keep_server_key
+INSERT INTO server_keys (name, value) VALUES (%(name)s, %(value)s) ON CONFLICT (name) DO NOTHING;
+
+-- name: server_key
+SELECT value FROM server_keys WHERE name = %(name)s;
