@@ -10,23 +10,36 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from floodway.core.errors import ConfigError
+from floodway.core.errors import ConfigError, InvalidInput
 from floodway.kinds import CostFn
 
 CHARS_PER_TOKEN = 4
 #: output budget assumed for a chat request that sets no max_tokens (settled by usage after)
 DEFAULT_MAX_TOKENS = 256
+#: the largest count a request may name (max_tokens, n): OpenAI's API takes 32-bit integers
+MAX_COUNT = 2**31 - 1
 
 
 def _chars(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
 
 
+def count_field(value: dict[str, Any], name: str) -> int | None:
+    """``value[name]`` as a count (tokens, images): None when absent; a whole number from 0 to
+    :data:`MAX_COUNT`, else the caller's error (it would be reserved against the limits)."""
+    count = value.get(name)
+    if count is None:
+        return None
+    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= MAX_COUNT:
+        raise InvalidInput(f"{name} must be a whole number from 0 to {MAX_COUNT}")
+    return count
+
+
 def _output_budget(value: Any, default: int) -> int:
     if isinstance(value, dict):
         for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
-            budget = value.get(name)
-            if isinstance(budget, int) and not isinstance(budget, bool) and budget >= 0:
+            budget = count_field(value, name)
+            if budget is not None:
                 return budget
     return default
 
@@ -45,8 +58,8 @@ def text_of(content: Any) -> str:
 def generic_tokens(value: Any, default_output: int = 0) -> float:
     """An explicit ``tokens`` field, else the input's JSON length / 4, plus ``max_tokens``."""
     if isinstance(value, dict):
-        tokens = value.get("tokens")
-        if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:
+        tokens = count_field(value, "tokens")
+        if tokens is not None:
             return float(tokens)
     return float(_chars(value) // CHARS_PER_TOKEN + _output_budget(value, default_output))
 
@@ -71,8 +84,8 @@ def embedding_tokens(value: Any) -> float:
 
 
 def image_count(value: Any) -> float:
-    n = value.get("n", 1) if isinstance(value, dict) else 1
-    return float(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1.0
+    n = count_field(value, "n") if isinstance(value, dict) else None
+    return float(n) if n else 1.0
 
 
 def cost_rule(rule: str | None, default: CostFn | None, where: str) -> CostFn | None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
 from floodway import Floodway
@@ -145,3 +148,42 @@ async def test_an_unexpected_exception_is_a_500_problem(start_api: StartApi) -> 
     problem = assert_problem(await http.get("/boom"), 500, "internal-error")
     assert "a bug" not in problem["detail"]  # internals stay in the log
     assert (await http.get("/healthz")).status_code == 200  # and the server keeps serving
+
+
+async def raw_request(url: str, head: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``head`` as it is (no client would send a control character in a header)."""
+    host, port = httpx.URL(url).host, httpx.URL(url).port
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(head)
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    status_line, _, rest = answer.partition(b"\r\n")
+    header_block, _, body = rest.partition(b"\r\n\r\n")
+    headers = dict(
+        line.decode().lower().split(": ", 1) for line in header_block.split(b"\r\n") if line
+    )
+    return int(status_line.split()[1]), headers, body
+
+
+@pytest.mark.parametrize("path", ["/v1/tasks", "/openai/v1/chat/completions"])
+async def test_a_control_character_in_a_header_is_a_problem_not_plain_text(
+    api: ApiServer, path: str
+) -> None:
+    body = b'{"kind": "sim", "input": {}}'
+    head = (
+        (
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n"
+        ).encode()
+        + b"Idempotency-Key: a\x01b\r\n\r\n"
+        + body
+    )
+    status, headers, answer = await raw_request(api.url, head)
+    assert status == 400 and headers["content-type"] == PROBLEM
+    problem = json.loads(answer)
+    assert problem["type"] == "urn:floodway:problem:malformed-request"
+    assert "control character" in problem["detail"]
+    if path.startswith("/openai/"):  # what the official SDKs read
+        assert problem["error"]["type"] == "invalid_request_error"
+    assert await api.fw.list_tasks() == []
