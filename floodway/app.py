@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import importlib
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from floodway.clock import Clock, SystemClock, wait_event
-from floodway.config import KindConfig, Settings, load_settings
+from floodway.config import KindConfig, ResourceConfig, Settings, load_settings, with_resources
 from floodway.core.errors import ConfigError, TaskNotFound, WaitTimeout
 from floodway.core.retry import RetryPolicy
 from floodway.core.task import SubmitRequest, Submitted, Task
@@ -26,6 +26,7 @@ from floodway.kinds import (
     Lookup,
     Poll,
     Share,
+    check_resource,
 )
 from floodway.limits.base import Admission
 from floodway.maintenance.loop import Maintenance
@@ -63,11 +64,14 @@ class Floodway:
         policy: RetryPolicy | None = None,
         admission: Admission | None = None,
         on_dead: AlertHook | None = None,
+        resources: Mapping[str, ResourceConfig | Mapping[str, Any]] | None = None,
     ) -> None:
         if settings is None:
             settings = load_settings(config, database=database)
         elif database is not None:
             settings = settings.model_copy(update={"database": database})
+        if resources:
+            settings = with_resources(settings, resources)
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
         self.kinds = KindRegistry()
@@ -107,12 +111,7 @@ class Floodway:
         quantile of the kind's recent jobs' durations)."""
 
         def register(handler: Handler) -> Handler:
-            if (
-                resource is not None
-                and self.settings.resources
-                and (resource not in self.settings.resources)
-            ):
-                raise ConfigError(f"kind {name!r}: unknown resource {resource!r}")
+            check_resource(name, resource, self.settings.resources)
             self.kinds.add(
                 KindSpec(
                     name=name,
@@ -169,6 +168,7 @@ class Floodway:
             if self._runtime is not None:
                 return self
             self._load_config_kinds()
+            self.kinds.check_resources(self.settings.resources)
             self.kinds.check_fallbacks()
             store = open_store(self.settings.database)
             await store.open()

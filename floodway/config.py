@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -18,6 +19,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
@@ -565,10 +567,33 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     return settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
 
 
-def format_validation_error(exc: ValidationError, where: str) -> str:
+_RESOURCES: TypeAdapter[dict[str, ResourceConfig]] = TypeAdapter(dict[str, ResourceConfig])
+
+
+def with_resources(
+    settings: Settings, resources: Mapping[str, ResourceConfig | Mapping[str, Any]]
+) -> Settings:
+    """``settings`` with ``resources`` declared from Python as well (``Floodway(resources=...)``,
+    each a :class:`ResourceConfig` or a dict of its keys)."""
+    try:
+        declared = _RESOURCES.validate_python(dict(resources))
+    except ValidationError as exc:
+        raise ConfigError(
+            format_validation_error(exc, "Floodway(resources=...)", prefix=("resources",))
+        ) from None
+    twice = sorted(set(declared) & set(settings.resources))
+    if twice:
+        raise ConfigError(
+            f"resource {twice[0]!r} is declared in the configuration and in "
+            "Floodway(resources=...): declare it once"
+        )
+    return settings.model_copy(update={"resources": {**settings.resources, **declared}})
+
+
+def format_validation_error(exc: ValidationError, where: str, prefix: tuple[str, ...] = ()) -> str:
     lines = [f"invalid configuration in {where}:"]
     for err in exc.errors():
-        loc = list(err["loc"])
+        loc = [*prefix, *err["loc"]]
         if loc[:2] == ["tenants", "named"]:  # [tenants.NAME] is written without the field
             del loc[1]
         key = ".".join(str(p) for p in loc) or "(top level)"
