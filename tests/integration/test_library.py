@@ -4,6 +4,7 @@ names a resource declared nowhere refused rather than run without limits."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,8 @@ import pytest
 
 from floodway import ConfigError, Context, Floodway, Status
 from floodway.config import ResourceConfig
+from floodway.core.backoff import Backoff
+from floodway.core.retry import RetryPolicy
 from floodway.kinds import KindSpec
 
 
@@ -78,3 +81,27 @@ async def test_a_resource_declared_from_python_holds_its_kinds_to_its_limit(
         release.set()
         done = [await fw.wait(t.id, timeout=30) for t in tasks]
     assert peak == 2 and all(t.status is Status.SUCCEEDED for t in done)
+
+
+async def test_a_bug_in_a_handler_is_logged_once_per_attempt_and_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fw = Floodway(
+        database=f"sqlite:///{tmp_path}/a.db",
+        policy=RetryPolicy(backoff=Backoff(base_s=0.01, cap_s=0.01)),
+    )
+
+    @fw.kind("buggy", max_attempts=2)
+    async def buggy(ctx: Context, value: dict[str, Any]) -> dict[str, Any]:
+        raise ValueError("a bug")
+
+    caplog.set_level(logging.ERROR, logger="floodway.worker")
+    async with fw.worker(concurrency=2):
+        task = await fw.submit("buggy", {})
+        done = await fw.wait(task.id, timeout=30)
+    assert done.status is Status.DEAD and done.attempts == 2
+    assert done.error is not None and done.error.type == "unexpected"
+    assert "ValueError: a bug" in done.error.message
+    logged = [r for r in caplog.records if task.id in r.getMessage()]
+    assert [f"attempt {n}" in r.getMessage() for n, r in enumerate(logged, 1)] == [True, True]
+    assert all(r.exc_info and r.exc_info[0] is ValueError for r in logged)  # the traceback
