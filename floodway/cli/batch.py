@@ -61,7 +61,10 @@ def register(app: typer.Typer) -> None:
             typer.Option("--kind", help="the tasks' kind (for lines that do not name one)"),
         ] = None,
         wait: Annotated[
-            bool, typer.Option("--wait", help="follow until all end; exit 1 if any did not succeed")
+            bool,
+            typer.Option(
+                "--wait/--no-wait", help="follow until all end; exit 1 if any did not succeed"
+            ),
         ] = False,
         url: UrlOpt = DEFAULT_URL,
         api_key: KeyOpt = None,

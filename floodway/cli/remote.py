@@ -100,7 +100,7 @@ def register(app: typer.Typer) -> None:
         input: Annotated[str, typer.Option("--input", help="the input, a JSON object")],
         lane: Annotated[str, typer.Option(help="interactive | background")] = "background",
         key: Annotated[str | None, typer.Option("--key", help="Idempotency-Key")] = None,
-        wait: Annotated[bool, typer.Option("--wait", help="wait until it ends")] = False,
+        wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until it ends")] = False,
         url: UrlOpt = DEFAULT_URL,
         api_key: KeyOpt = None,
     ) -> None:

@@ -24,6 +24,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 
 class FloodwayError(Exception):
     """Root of every exception floodway raises."""
@@ -57,8 +59,8 @@ class LimiterUnavailable(Unavailable):
 class IllegalTransition(FloodwayError):
     def __init__(self, frm: str, to: str, detail: str = "") -> None:
         self.frm, self.to = frm, to
-        msg = f"illegal transition {frm} -> {to}"
-        super().__init__(f"{msg}: {detail}" if detail else msg)
+        # what a person asked for says it in their words; the bare transition is for code
+        super().__init__(detail or f"illegal transition {frm} -> {to}")
 
 
 class AttemptStillOpen(IllegalTransition):
@@ -85,8 +87,16 @@ class TaskNotFound(FloodwayError):
 
 class UnknownKind(FloodwayError):
     def __init__(self, kind: str, known: list[str] | None = None) -> None:
-        self.kind = kind
-        hint = f" (known kinds: {', '.join(sorted(known))})" if known else ""
+        self.kind, self.known = kind, sorted(known or [])
+        if not self.known:
+            hint = (
+                " (no kinds are configured here: declare [kinds.NAME] in the file given with "
+                "--config, or @fw.kind(...) in Python)"
+            )
+        else:
+            near = difflib.get_close_matches(kind, self.known, n=1)
+            mean = f"did you mean {near[0]!r}? " if near else ""
+            hint = f" ({mean}known kinds: {', '.join(self.known)})"
         super().__init__(f"unknown kind {kind!r}{hint}")
 
 

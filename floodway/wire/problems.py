@@ -145,8 +145,10 @@ TABLE: tuple[ProblemType, ...] = (
         "unknown-kind",
         422,
         UnknownKind,
-        members=lambda exc: {"kind": exc.kind},
-        read=lambda problem, wait, now: UnknownKind(_text(problem, "kind")),
+        members=lambda exc: {"kind": exc.kind, "known_kinds": exc.known},
+        read=lambda problem, wait, now: UnknownKind(
+            _text(problem, "kind"), [str(k) for k in problem.get("known_kinds") or []]
+        ),
     ),
     ProblemType(
         "invalid-input",
@@ -184,7 +186,7 @@ TABLE: tuple[ProblemType, ...] = (
         IllegalTransition,
         members=lambda exc: {"from_status": str(exc.frm), "to_status": str(exc.to)},
         read=lambda problem, wait, now: IllegalTransition(
-            _text(problem, "from_status"), _text(problem, "to_status"), ""
+            _text(problem, "from_status"), _text(problem, "to_status"), _text(problem, "detail")
         ),
     ),
     ProblemType(  # money, not speed: waiting helps only at the reset

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,6 +13,7 @@ import pytest
 from fastapi import FastAPI
 
 from floodway import Floodway
+from floodway.api import create_app, serving
 from tests.integration.conftest import ApiServer, StartApi
 
 PROBLEM = "application/problem+json"
@@ -65,7 +67,9 @@ async def test_floodway_errors_map_to_problems(start_api: StartApi) -> None:
     unknown = assert_problem(
         await http.post("/v1/tasks", json={"kind": "nope", "input": {}}), 422, "unknown-kind"
     )
-    assert unknown["kind"] == "nope"
+    assert unknown["kind"] == "nope" and unknown["known_kinds"] == ["priced", "sim"]
+    near = (await http.post("/v1/tasks", json={"kind": "simm", "input": {}})).json()
+    assert "did you mean 'sim'?" in near["detail"]
     # The kind's cost function chokes on this input: the caller's error, not a 500.
     assert_problem(
         await http.post("/v1/tasks", json={"kind": "priced", "input": {"no_text": 1}}),
@@ -187,3 +191,14 @@ async def test_a_control_character_in_a_header_is_a_problem_not_plain_text(
     if path.startswith("/openai/"):  # what the official SDKs read
         assert problem["error"]["type"] == "invalid_request_error"
     assert await api.fw.list_tasks() == []
+
+
+async def test_a_server_with_no_kinds_says_so_in_its_422(tmp_path: Path) -> None:
+    fw = Floodway(database=f"sqlite:///{tmp_path}/empty.db")
+    async with (
+        serving(create_app(fw, run_workers=False)) as url,
+        httpx.AsyncClient(base_url=url) as http,
+    ):
+        answer = await http.post("/v1/tasks", json={"kind": "image", "input": {}})
+    problem = assert_problem(answer, 422, "unknown-kind")
+    assert "no kinds are configured" in problem["detail"] and "--config" in problem["detail"]
