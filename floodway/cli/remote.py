@@ -144,6 +144,9 @@ def register(app: typer.Typer) -> None:
         oldest_first: Annotated[
             bool, typer.Option("--oldest-first", help="oldest first (default: newest first)")
         ] = False,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="the page as JSON: {items, next} as the API answers")
+        ] = False,
         url: UrlOpt = DEFAULT_URL,
         api_key: KeyOpt = None,
     ) -> None:
@@ -159,6 +162,10 @@ def register(app: typer.Typer) -> None:
                 newest_first=not oldest_first,
             ),
         )
+        if as_json:
+            items = [task_json(t) for t in page.items]
+            out.print_json(json.dumps({"items": items, "next": page.next}))
+            return
         print_tasks(page.items, "tasks")
         if page.next:
             again = ["floodway", "list", "--after", page.next]

@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import difflib
+from datetime import UTC, datetime
 
 
 class FloodwayError(Exception):
@@ -127,9 +128,15 @@ class BudgetExceeded(FloodwayError):
         self.tenant, self.amount, self.left = tenant, amount, left
         self.needed, self.resets_at = needed, resets_at
         self.retry_after = max(0.0, resets_at - now)
+        try:
+            resets = datetime.fromtimestamp(resets_at, UTC).isoformat()
+        except (OverflowError, OSError, ValueError):
+            resets = "never"
         super().__init__(
             f"tenant {tenant!r} has {left:.6g} left of its budget of {amount:.6g} this period; "
-            f"this submission is estimated at {needed:.6g}"
+            f"this submission is estimated at {needed:.6g}; the budget resets at {resets} (it is "
+            f"set by [tenants.{tenant}] budget, or [tenants] budget for every tenant, in the "
+            "server's configuration)"
         )
 
 

@@ -96,10 +96,6 @@ def _number(problem: Mapping[str, Any], name: str) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
-def _budget_detail(exc: BudgetExceeded) -> str:
-    return f"{exc}; it resets at {_resets_at(exc)}"
-
-
 def _resets_at(exc: BudgetExceeded) -> str:
     at = timestamp(exc.resets_at)
     return at.isoformat() if at is not None else "never"
@@ -202,7 +198,6 @@ TABLE: tuple[ProblemType, ...] = (
         },
         read=_read_budget,
         wait=lambda exc: exc.retry_after,
-        detail=_budget_detail,
         title="Payment Required",
     ),
     ProblemType(

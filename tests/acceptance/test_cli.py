@@ -40,6 +40,15 @@ async def test_submit_get_list_stats_batch_dlq(server: tuple[str, Path]) -> None
 
     code, out, _ = await cli("list", "--status", "succeeded", env=auth)
     assert code == 0 and task["id"] in out
+    code, out, _ = await cli("list", "--json", "--limit", "2", env=auth)
+    page = json.loads(out)
+    assert code == 0 and len(page["items"]) == 2 and page["next"]
+    code, _, err = await cli("retry", task["id"], env=auth)  # a finished task: nothing to do
+    assert code == 1 and "already succeeded: nothing to retry" in err
+    code, _, err = await cli("cancel", task["id"], env=auth)
+    assert code == 1 and "already succeeded: nothing to cancel" in err
+    code, _, err = await cli("submit", "imgg", "--input", "{}", env=auth)
+    assert code == 1 and "did you mean 'img'?" in err and "known kinds: img" in err
     code, out, _ = await cli("stats", env=auth)
     assert code == 0 and json.loads(out)["tasks"]["succeeded"] >= 13
     code, out, _ = await cli("dlq", "list", env=auth)
