@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from floodway.clock import Clock, SystemClock, wait_event
-from floodway.config import KindConfig, ResourceConfig, Settings, load_settings, with_resources
+from floodway.config import (
+    KindConfig,
+    ResourceConfig,
+    Settings,
+    load_settings,
+    parse_duration,
+    with_resources,
+)
 from floodway.core.errors import ConfigError, TaskNotFound, WaitTimeout
 from floodway.core.retry import RetryPolicy
 from floodway.core.task import SubmitRequest, Submitted, Task
@@ -46,6 +53,16 @@ from floodway.store.base import (
 from floodway.store.factory import open_store
 from floodway.store.openai_records import OpenAIRecords
 from floodway.worker.worker import Worker, WorkerOptions
+
+
+def _seconds(value: float | str | None) -> float | None:
+    """A duration as the config writes it (``900``, ``"15m"``), in seconds."""
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ConfigError(f"{value!r} is not a duration: {exc}") from None
 
 
 class Floodway:
@@ -89,8 +106,8 @@ class Floodway:
         *,
         resource: str | None = None,
         max_attempts: int = DEFAULTS.max_attempts,
-        deadline_s: float | None = DEFAULTS.deadline,
-        timeout_s: float | None = DEFAULTS.timeout,
+        deadline: float | str | None = DEFAULTS.deadline,
+        timeout: float | str | None = DEFAULTS.timeout,
         cost: CostFn | None = None,
         version: str = DEFAULTS.version,
         dedupe: bool = bool(DEFAULTS.dedupe),
@@ -100,14 +117,18 @@ class Floodway:
         idempotent: bool = False,
         lookup: Lookup | None = None,
         poll: Poll | None = None,
-        poll_after_s: float | None = DEFAULTS.poll_after,
+        poll_after: float | str | None = DEFAULTS.poll_after,
         poll_max_attempts: int = DEFAULTS.poll_max_attempts,
     ) -> Callable[[Handler], Handler]:
         """Declare a kind whose tasks run the decorated ``async def handler(ctx, input)``.
 
+        The keywords are the keys of a ``[kinds.NAME]`` table (docs/configuration.md), and
+        durations are written as there: seconds, or ``"15m"``, ``"500ms"``. A Python kind's
+        calls are priced by its resource's ``price``.
+
         ``poll``: for a handler that starts upstream jobs and returns
         :class:`~floodway.core.outcome.Parked`, the function that looks at one job;
-        the first look comes ``poll_after_s`` after the job started (None: after a low
+        the first look comes ``poll_after`` after the job started (None: after a low
         quantile of the kind's recent jobs' durations)."""
 
         def register(handler: Handler) -> Handler:
@@ -118,8 +139,8 @@ class Floodway:
                     handler=handler,
                     resource=resource,
                     max_attempts=max_attempts,
-                    deadline_s=deadline_s,
-                    timeout_s=timeout_s,
+                    deadline_s=_seconds(deadline),
+                    timeout_s=_seconds(timeout),
                     cost=cost,
                     version=version,
                     dedupe=dedupe,
@@ -130,7 +151,7 @@ class Floodway:
                     lookup=lookup,
                     poll=None
                     if poll is None
-                    else FunctionPoller(poll, first_poll_after(poll_after_s)),
+                    else FunctionPoller(poll, first_poll_after(_seconds(poll_after))),
                     poll_max_attempts=poll_max_attempts,
                 )
             )

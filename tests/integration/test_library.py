@@ -105,3 +105,12 @@ async def test_a_bug_in_a_handler_is_logged_once_per_attempt_and_retried(
     logged = [r for r in caplog.records if task.id in r.getMessage()]
     assert [f"attempt {n}" in r.getMessage() for n, r in enumerate(logged, 1)] == [True, True]
     assert all(r.exc_info and r.exc_info[0] is ValueError for r in logged)  # the traceback
+
+
+def test_kind_keywords_are_the_config_s_keys_and_take_its_durations(tmp_path: Path) -> None:
+    fw = Floodway(database=f"sqlite:///{tmp_path}/a.db")
+    fw.kind("k", deadline="15m", timeout="500ms", max_attempts=2)(noop)
+    spec = fw.kinds.get("k")
+    assert (spec.deadline_s, spec.timeout_s, spec.max_attempts) == (900.0, 0.5, 2)
+    with pytest.raises(ConfigError, match="not a duration"):
+        fw.kind("bad", deadline="soon")(noop)
