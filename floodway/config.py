@@ -393,6 +393,14 @@ class KindConfig(_Strict):
         "the kind); empty: model, if set",
         json_schema_extra=_for("openai"),
     )
+    max_output_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="the output tokens a request that bounds none (max_tokens, "
+        "max_completion_tokens, max_output_tokens) is estimated at, per answer; unset: its "
+        "model's published limit (docs/spend.md)",
+        json_schema_extra=_for("openai"),
+    )
     cost: str | None = Field(
         None,
         description='the cost estimate: "tokens", "chars" or "fixed:N"; unset: the '
@@ -460,6 +468,13 @@ class CallbacksConfig(_Strict):
     timeout: Duration = Field(10.0, description="one delivery's time limit")
 
 
+class JobsConfig(_Strict):
+    """Multi-step jobs (docs/jobs.md): how large one job may be."""
+
+    max_steps: int = Field(50, ge=1, description="steps one job may have")
+    max_items: int = Field(1000, ge=1, description="tasks one for_each step may fan out to")
+
+
 class WorkerConfig(_Strict):
     concurrency: int = Field(20, ge=1, description="tasks one process runs at once")
     lease: Duration = Field(
@@ -498,6 +513,7 @@ class Settings(BaseSettings):
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     callbacks: CallbacksConfig = Field(default_factory=CallbacksConfig)
+    jobs: JobsConfig = Field(default_factory=JobsConfig)
     tenants: TenantConfig = Field(default_factory=TenantConfig)
     resources: dict[str, ResourceConfig] = Field(default_factory=dict)
     kinds: dict[str, KindConfig] = Field(default_factory=dict)

@@ -10,13 +10,27 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-import httpx
-
 from floodway.clock import Clock, stop_task
 from floodway.config import Settings
 from floodway.context import Context
-from floodway.core.errors import AdmissionRefused, BudgetExceeded, FloodwayError, InvalidInput
-from floodway.core.outcome import Applied, Cancelled, Completion, Failed, Outcome
+from floodway.core.errors import (
+    AdmissionRefused,
+    FloodwayError,
+    InvalidInput,
+    InvalidJob,
+)
+from floodway.core.jobs import (
+    JOB_PREFIX,
+    Job,
+    JobRequest,
+    JobState,
+    JobStatus,
+    Start,
+    next_moves,
+    parse_job,
+    work_key,
+)
+from floodway.core.outcome import Cancelled, Completion, Failed, Outcome
 from floodway.core.retry import RetryPolicy
 from floodway.core.spend import Charge, Usage
 from floodway.core.states import Status
@@ -27,6 +41,7 @@ from floodway.core.task import (
     Submitted,
     Task,
     batch_hash,
+    new_id,
     request_hash,
 )
 from floodway.core.validation import (
@@ -40,6 +55,7 @@ from floodway.limits.base import Admission
 from floodway.limits.submit_rate import SubmitRateLimiter
 from floodway.pricing import Pricing
 from floodway.store.base import BatchKey, OpenAIBatch, Store, TaskChange
+from floodway.store.jobs import JobRecords
 from floodway.store.openai_records import OpenAIRecords
 
 log = logging.getLogger("floodway")
@@ -168,6 +184,23 @@ class ChangeHub:
         self._remote.discard(event)
 
 
+@dataclass(frozen=True)
+class StepPlanner:
+    """The ledger's maker of a job's next tasks (:class:`~floodway.store.base.JobPlanner`)."""
+
+    runtime: Runtime
+
+    @property
+    def max_items(self) -> int:
+        return self.runtime.settings.jobs.max_items
+
+    def now(self) -> float:
+        return self.runtime.clock.now()
+
+    def task(self, job: Job, start: Start) -> NewTask:
+        return self.runtime.step_task(job, start)
+
+
 @dataclass
 class UpstreamCounts:
     """What this process saw of the providers: calls, 429s, 5xx, and polls that found
@@ -215,6 +248,8 @@ class Runtime:
     store: Store
     #: the same ledger's records of the OpenAI-compatible Batch API
     openai_records: OpenAIRecords
+    #: the same ledger's multi-step jobs
+    jobs: JobRecords
     kinds: KindRegistry
     clock: Clock
     admission: Admission
@@ -258,6 +293,72 @@ class Runtime:
                 raise
         behind = [dataclasses.replace(n, lane=Lane.BACKGROUND, interactive_depth=0) for n in news]
         return await self._write(behind, batch, batch_key)
+
+    async def submit_job(
+        self, request: JobRequest, *, tenant: str = "default", gate: Gate | None = None
+    ) -> tuple[Job, JobState]:
+        """A job enters the ledger the way a task does: checked first (its definition, then
+        each first step's task as a submit checks it), then the gate's one token, then one
+        write of the job and its first steps' tasks under the tenant's budget."""
+        settings = self.settings.jobs
+        spec = parse_job(request.steps, self.kinds, settings.max_steps, settings.max_items)
+        try:
+            lane = Lane(request.lane)
+        except ValueError:
+            raise InvalidInput(
+                f"lane must be 'interactive' or 'background', not {request.lane!r}"
+            ) from None
+        check_deadline(request.deadline_s)
+        if request.metadata is not None:
+            try:
+                check_input(request.metadata)
+            except InvalidInput as exc:
+                raise InvalidInput(f"metadata: {exc}") from None
+        if gate is not None and request.callback_url is not None:
+            check_callback_host(request.callback_url, gate.callback_hosts)
+        now = self.clock.now()
+        job = Job(
+            id=new_id(now, prefix=JOB_PREFIX.removesuffix("_")),
+            tenant=tenant,
+            status=JobStatus.RUNNING,
+            lane=lane,
+            spec=spec,
+            created_at=now,
+            updated_at=now,
+            deadline_s=request.deadline_s,
+            deadline_at=None if request.deadline_s is None else now + request.deadline_s,
+            metadata=dict(request.metadata or {}),
+            callback_url=request.callback_url,
+        )
+        first = next_moves(spec, JobState(), now, job.deadline_at, settings.max_items)
+        for start in first.start:
+            try:
+                self.step_task(job, start)
+            except FloodwayError as exc:
+                raise InvalidJob(start.step, str(exc)) from None
+        if gate is not None:
+            await gate.admit(tenant, self.settings.tenants.submit_rate)
+        return await self.jobs.submit_job(job, self.pricing.budget_of(tenant))
+
+    def step_task(self, job: Job, start: Start) -> NewTask:
+        """A job's step as a task: checked as a submit is, in the job's lane, under the
+        step's work key (the same for the same step of the job, whoever writes it)."""
+        spec = job.spec.step(start.step)
+        request = SubmitRequest(
+            spec.kind,
+            start.input,
+            lane=job.lane,
+            deadline_s=start.deadline_s,
+            metadata={"job_id": job.id, "step": start.step, "index": start.index},
+        )
+        new = self._checked(request, job.tenant, None, None)
+        # One request, the job: a later step is not refused for the tenant's depth.
+        return dataclasses.replace(
+            new,
+            fingerprint=work_key(job.id, start.step, start.index),
+            interactive_depth=0,
+            replay=True,
+        )
 
     async def _write(
         self, news: list[NewTask], batch: BatchOf | None, batch_key: BatchKey | None
@@ -376,47 +477,3 @@ class Runtime:
 
     def check_fits(self, resource: str | None, cost: float) -> None:
         self.admission.check_fits(resource, cost)
-
-    async def after_completion(self, task: Task, item: Completion, applied: Applied) -> None:
-        """Effects that follow a landed write: alerts for dead letters, poison fallbacks."""
-        if not applied.applied:
-            return
-        if item.to is Status.DEAD:
-            await self.alert(task, item)
-        if item.to is Status.FAILED and item.error is not None and item.error.cls.value == "poison":
-            spec = self.kinds.get(task.kind)
-            if spec.fallback is not None:
-                request = SubmitRequest(
-                    spec.fallback,
-                    task.input,
-                    lane=task.lane,
-                    metadata={**task.metadata, "fallback_of": task.id},
-                )
-                try:
-                    await self.submit([request], tenant=task.tenant)
-                except BudgetExceeded as exc:  # the fallback is a new submission: it may not fit
-                    log.warning("fallback of %s not submitted: %s", task.id, exc)
-
-    async def alert(self, task: Task, item: Completion) -> None:
-        dead = dataclasses.replace(task, status=Status.DEAD, error=item.error)
-        for hook in self.alert_hooks:
-            try:
-                result = hook(dead)
-                if asyncio.iscoroutine(result):
-                    await result
-            except Exception:
-                log.exception("alert hook failed for task %s", task.id)
-        url = self.settings.alert_url
-        if url:
-            body = {
-                "event": "task.dead",
-                "task_id": task.id,
-                "kind": task.kind,
-                "tenant": task.tenant,
-                "error": item.error.to_json() if item.error else None,
-            }
-            try:
-                async with httpx.AsyncClient(timeout=5.0) as client:
-                    await client.post(url, json=body)
-            except httpx.HTTPError as exc:
-                log.warning("alert POST to %s failed: %s", url, exc)

@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from floodway.app import Floodway
 from floodway.cli.batch import register as register_batch
+from floodway.cli.jobs import app as jobs_app
 from floodway.cli.remote import exit_with_error
 from floodway.cli.remote import register as register_remote
 from floodway.clock import SystemClock
@@ -315,12 +316,22 @@ def demo(
             "--latency-ms", min=1, help="time per image (default 1500, 20000 with --realistic)"
         ),
     ] = None,
+    job: Annotated[
+        bool,
+        typer.Option(
+            "--job", help="the editor's chain as one multi-step job, with a SIGKILL in the middle"
+        ),
+    ] = False,
 ) -> None:
     """The 200-image batch against a simulated image API (offline, no setup)."""
     from floodway.cli.demo import DemoOptions, run_demo
 
-    latency = latency_ms or (20_000.0 if realistic else 1_500.0)
     out = Console()
+    if job:
+        from floodway.cli.job_demo import run_job_demo
+
+        raise typer.Exit(run(run_job_demo(out, latency_ms or 300.0)))
+    latency = latency_ms or (20_000.0 if realistic else 1_500.0)
     code = run(run_demo(DemoOptions(images=images, latency_ms=latency), out))
     raise typer.Exit(code)
 
@@ -407,6 +418,7 @@ def _options(
 
 register_remote(app)
 register_batch(app)
+app.add_typer(jobs_app, name="job")
 
 
 def main() -> None:

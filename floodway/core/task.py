@@ -24,6 +24,10 @@ class Lane(StrEnum):
     def rank(self) -> int:
         return 0 if self is Lane.INTERACTIVE else 1
 
+    @classmethod
+    def of_rank(cls, rank: int) -> Lane:
+        return Lane.INTERACTIVE if rank == 0 else Lane.BACKGROUND
+
 
 class ErrorClass(StrEnum):
     RETRYABLE = "retryable"
@@ -72,6 +76,8 @@ class Task:
     cost_actual: float | None = None
     #: held against the tenant's budget until the task ends (its estimate, priced)
     spend_hold: float = 0.0
+    #: what its calls billed above ``spend_hold`` (each call against the hold), summed
+    over_estimate: float = 0.0
     created_at: float = 0.0
     updated_at: float = 0.0
     started_at: float | None = None
@@ -165,6 +171,7 @@ class Candidate:
     task_id: str
     kind: str
     tenant: str
+    #: the lane it is dispatched in: its own, or the one a waiting duplicate lent it
     lane: Lane
     cost: float
     seq: int

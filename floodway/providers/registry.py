@@ -40,9 +40,9 @@ from floodway.providers.base import (
     UpstreamPoll,
     close_quietly,
 )
-from floodway.providers.cost import cost_rule, generic_tokens
+from floodway.providers.cost import cost_rule, generic_tokens, openai_estimate
 from floodway.providers.http import HttpAdapter, HttpRoutes, JobFields
-from floodway.providers.openai import DEFAULT_COST, OpenAIAdapter, replays_when
+from floodway.providers.openai import OpenAIAdapter, replays_when
 
 SIMULATOR_URL = "http://127.0.0.1:9000"
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -201,6 +201,7 @@ def _openai(name: str, cfg: KindConfig, headers: dict[str, str], where: str) -> 
             raise ConfigError(
                 f"{where}.api_key_env: environment variable {cfg.api_key_env} is unset"
             )
+    worst_case = openai_estimate(cfg.endpoint, cfg.model, cfg.max_output_tokens)
     return OpenAIAdapter(
         name=name,
         base_url=cfg.base_url or "https://api.openai.com/v1",
@@ -209,5 +210,5 @@ def _openai(name: str, cfg: KindConfig, headers: dict[str, str], where: str) -> 
         model=cfg.model,
         headers=headers,
         timeout_s=cfg.timeout,
-        cost=cost_rule(cfg.cost, DEFAULT_COST[cfg.endpoint], f"{where}.cost"),
+        cost=cost_rule(cfg.cost, worst_case, f"{where}.cost"),
     )

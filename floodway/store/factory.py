@@ -8,11 +8,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from floodway.core.errors import StoreError
 from floodway.store.base import Store
+from floodway.store.jobs import JobRecords
 from floodway.store.openai_records import OpenAIRecords
 
 
-class FullStore(Store, OpenAIRecords, Protocol):
-    """What every ledger is: the core :class:`Store` and the OpenAI records beside it."""
+class FullStore(Store, OpenAIRecords, JobRecords, Protocol):
+    """What every ledger is: the core :class:`Store`, and the OpenAI records and the jobs
+    beside it."""
 
 
 def open_store(url: str) -> FullStore:

@@ -23,6 +23,8 @@ from floodway.core.errors import (
     IdempotencyConflict,
     IllegalTransition,
     InvalidInput,
+    InvalidJob,
+    JobNotFound,
     LimiterUnavailable,
     StoreError,
     TaskNotFound,
@@ -145,6 +147,20 @@ TABLE: tuple[ProblemType, ...] = (
         read=lambda problem, wait, now: UnknownKind(
             _text(problem, "kind"), [str(k) for k in problem.get("known_kinds") or []]
         ),
+    ),
+    ProblemType(
+        "job-not-found",
+        404,
+        JobNotFound,
+        members=lambda exc: {"job_id": exc.job_id},
+        read=lambda problem, wait, now: JobNotFound(_text(problem, "job_id")),
+    ),
+    ProblemType(  # a job's definition: the step at fault named (null: the job as a whole)
+        "invalid-job",
+        422,
+        InvalidJob,
+        members=lambda exc: {"step": exc.step, "reason": exc.reason},
+        read=lambda problem, wait, now: InvalidJob(problem.get("step"), _text(problem, "reason")),
     ),
     ProblemType(
         "invalid-input",

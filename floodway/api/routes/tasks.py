@@ -52,9 +52,10 @@ def checked_id(task_id: str) -> str:
     return task_id
 
 
-def read_cursor(cursors: Cursors, tenant: str, cursor: str) -> int:
+def read_cursor(cursors: Cursors, tenant: str, cursor: str, listing: str = LISTING) -> int:
+    """The position of a page cursor (``?after=``) given to ``tenant`` for ``listing``."""
     try:
-        return cursors.decode(tenant, LISTING, cursor)
+        return cursors.decode(tenant, listing, cursor)
     except CursorRefused:
         raise ApiProblem(
             400,
