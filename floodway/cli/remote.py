@@ -181,6 +181,34 @@ def register(app: typer.Typer) -> None:
             out.print(f"next page: {shlex.join(again)}", soft_wrap=True, highlight=False)
 
     @app.command()
+    def kinds(
+        as_json: Annotated[bool, typer.Option("--json", help="the whole answer as JSON")] = False,
+        url: UrlOpt = DEFAULT_URL,
+        api_key: KeyOpt = None,
+    ) -> None:
+        """The kinds the server runs, with their resources and limits."""
+        found = call(url, api_key, lambda c: c.kinds())
+        if as_json:
+            out.print_json(json.dumps(found))
+            return
+        if not found:
+            out.print("no kinds are configured on this server")
+            return
+        table = Table(title="kinds")
+        for column in ("kind", "resource", "attempts", "deadline", "models"):
+            table.add_column(column, overflow="fold")
+        for k in found:
+            deadline = "none" if k["deadline_s"] is None else f"{k['deadline_s']:g}s"
+            table.add_row(
+                escape(k["name"]),
+                escape(k["resource"] or "(no limits)"),
+                str(k["max_attempts"]),
+                deadline,
+                escape(", ".join(k["models"])),
+            )
+        out.print(table)
+
+    @app.command()
     def stats(url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = None) -> None:
         """Tasks per state, timings, limiter usage (JSON)."""
         out.print_json(json.dumps(call(url, api_key, lambda c: c.stats())))
