@@ -155,6 +155,7 @@ class SpendLine:
     calls: int  # billed calls
     deduped: int  # tasks that took another's result instead of a call
     over_estimate: float  # what calls billed above the holds their tasks were admitted at
+    tier_saved: float = 0.0  # what the batch and flex tiers saved against the sync price
 
 
 @dataclass(frozen=True)
@@ -408,10 +409,10 @@ class Store(Protocol):
         """Take the lease of parked tasks due for a poll (the attempt count is unchanged)."""
         ...
 
-    async def hasten_parked(self, kind: str, ratio: float, now: float) -> int:
-        """Bring the next poll of each parked task of ``kind`` forward to at most ``ratio`` x
-        its job's age from ``now`` (news that shortens the schedule: the kind's first job
-        seen finished); how many moved."""
+    async def hasten_parked(self, kind: str, older_than_s: float, now: float) -> int:
+        """Make the next poll of each parked task of ``kind`` whose job is ``older_than_s`` or
+        more due at ``now`` (the kind's first job seen finished took that long: any of them
+        may have finished too); how many moved."""
         ...
 
     async def next_parked_at(self) -> float | None: ...

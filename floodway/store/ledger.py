@@ -59,13 +59,14 @@ from floodway.store.rows import (
     task_from_row,
 )
 from floodway.store.steps import Query, Row, Rule, all_rows, count, one
+from floodway.store.tier_records import LedgerTierRecords
 
 T = TypeVar("T")
 #: how long the row of :meth:`Ledger.probe_write` outlives its last write
 PROBE_TTL_S = 300.0
 
 
-class Ledger(LedgerOpenAIRecords, LedgerJobs, ABC):
+class Ledger(LedgerOpenAIRecords, LedgerJobs, LedgerTierRecords, ABC):
     url: str
 
     def __init__(self, url: str) -> None:
@@ -232,6 +233,7 @@ class Ledger(LedgerOpenAIRecords, LedgerJobs, ABC):
                 int(r["calls"]),
                 int(r["deduped"]),
                 float(r["over_estimate"]),
+                float(r["tier_saved"]),
             )
             for r in await self._all("spend_totals", **params)
         )
@@ -292,8 +294,8 @@ class Ledger(LedgerOpenAIRecords, LedgerJobs, ABC):
         rows = await self._write(lambda _: all_rows("claim_parked", **args))
         return [task_from_row(r) for r in rows]
 
-    async def hasten_parked(self, kind: str, ratio: float, now: float) -> int:
-        params = {"kind": kind, "ratio": ratio, "now": now}
+    async def hasten_parked(self, kind: str, older_than_s: float, now: float) -> int:
+        params = {"kind": kind, "older_than": older_than_s, "now": now}
         return await self._write(lambda _: count("hasten_parked", **params))
 
     async def next_parked_at(self) -> float | None:
