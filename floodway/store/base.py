@@ -515,6 +515,11 @@ class Store(Protocol):
         """Take the lead of ``name`` from ``dead`` (known dead), if it still holds it."""
         ...
 
+    async def server_key(self, name: str, new: str) -> str:
+        """The deployment's key ``name``: the one stored, else ``new``, stored now (whichever
+        process stores first, every process gets that one)."""
+        ...
+
     async def probe_write(self, now: float) -> None:
         """A write the ledger must take (this process's own lease row, renewed): raises
         :class:`~floodway.core.errors.StoreError` while it takes none (a full disk, a

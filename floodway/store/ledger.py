@@ -398,6 +398,12 @@ class Ledger(LedgerOpenAIRecords, LedgerJobs, LedgerTierRecords, ABC):
         params = {"name": name, "owner": owner, "dead": dead, "expires_at": now + ttl_s}
         return bool(await self._write(lambda _: count("take_lead", **params)))
 
+    async def server_key(self, name: str, new: str) -> str:
+        await self._write(lambda _: count("keep_server_key", name=name, value=new))
+        row = await self._one("server_key", name=name)
+        assert row is not None  # written above, and never deleted
+        return str(row["value"])
+
     async def _drop_leases(self, identity: str) -> None:
         """Free the leader leases of a dead process (its owners are ``identity:role``)."""
         await self._write(lambda _: count("drop_leases", prefix=f"{identity}:"))

@@ -817,6 +817,13 @@ async def test_purge_clears_results_then_rows_then_keys(store: Store) -> None:
     assert not again.reused
 
 
+async def test_the_first_server_key_stored_is_the_one_every_process_gets(store: Store) -> None:
+    first = await store.server_key("cursors", "aa" * 64)
+    again = await store.server_key("cursors", "bb" * 64)  # another process, its own guess
+    assert first == again == "aa" * 64
+    assert await store.server_key("other", "cc") == "cc"
+
+
 async def test_try_lead_elects_one_leader_until_its_lease_ends(store: Store) -> None:
     assert await store.try_lead("sweeper", "a", NOW, 10)
     assert not await store.try_lead("sweeper", "b", NOW + 5, 10)

@@ -1,15 +1,17 @@
 """An OpenAI-shaped request's estimate is its worst case, whatever the request's fields say:
-searched over how ``n`` and the output bounds may be written (a lenient server reads
-``100.0`` and ``"100"`` as 100), which bound a provider honours when several are named, and
-the model's name."""
+searched over how ``n`` and the output bounds may be written (a count written other than as
+a whole number is refused, since a lenient server would read ``100.0`` or ``"100"`` as 100),
+which bound a provider honours when several are named, and the model's name."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from floodway.core.errors import InvalidInput
 from floodway.providers.cost import (
     CHARS_PER_TOKEN,
     MAX_OUTPUT_TOKENS,
@@ -21,17 +23,8 @@ from floodway.providers.cost import (
 ABSENT = object()
 
 
-def as_server_reads(value: Any) -> int | None:
-    """What a lenient server takes a count field for (None: it ignores it)."""
-    if isinstance(value, bool) or value is ABSENT:
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    return None
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 counts = st.integers(min_value=0, max_value=5000)
@@ -67,9 +60,14 @@ def test_no_request_bills_above_its_chat_estimate(
     for name, bound in zip(OUTPUT_FIELDS, bounds, strict=True):
         if bound is not ABSENT:
             body[name] = bound
-    estimate = openai_estimate("chat", None, None)(body)
-    answers = as_server_reads(n) or 1
+    rule = openai_estimate("chat", None, None)
+    if any(v is not ABSENT and not _whole(v) for v in (n, *bounds)):
+        with pytest.raises(InvalidInput):
+            rule(body)
+        return
+    estimate = rule(body)
+    answers = (n if _whole(n) else None) or 1
     prompt_tokens = (len(prompt) + len("user")) // CHARS_PER_TOKEN
-    honoured = [b for b in (as_server_reads(v) for v in bounds) if b is not None]
+    honoured = [b for b in bounds if _whole(b)]
     for bound in honoured or [model_max_output(model)]:
         assert estimate >= prompt_tokens + answers * bound

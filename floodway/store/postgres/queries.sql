@@ -752,6 +752,12 @@ WHERE id = %(id)s AND tenant = %(tenant)s AND finished_at IS NOT NULL;
 -- name: forget_stream
 DELETE FROM stream_events WHERE task_id = %(id)s;
 
+-- name: keep_server_key
+INSERT INTO server_keys (name, value) VALUES (%(name)s, %(value)s) ON CONFLICT (name) DO NOTHING;
+
+-- name: server_key
+SELECT value FROM server_keys WHERE name = %(name)s;
+
 -- The server's clock as it is now (not the transaction's start), for LedgerClock.
 -- name: server_time
 SELECT extract(epoch FROM clock_timestamp())::float8 AS now;

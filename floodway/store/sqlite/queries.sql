@@ -529,3 +529,9 @@ WHERE id = :id AND tenant = :tenant AND finished_at IS NOT NULL;
 
 -- name: forget_stream
 DELETE FROM stream_events WHERE task_id = :id;
+
+-- name: keep_server_key
+INSERT INTO server_keys (name, value) VALUES (:name, :value) ON CONFLICT (name) DO NOTHING;
+
+-- name: server_key
+SELECT value FROM server_keys WHERE name = :name;
