@@ -177,11 +177,16 @@ class Floodway:
             store = open_store(self.settings.database)
             await store.open()
             if isinstance(self.clock, LedgerClock):
-                await self.clock.follow(store.server_time)
+                try:
+                    await self.clock.follow(store.server_time)
+                except BaseException:  # not opened after all: let go of the ledger
+                    await store.close()
+                    raise
             runtime = Runtime(
                 store=store,
                 openai_records=store,
                 jobs=store,
+                tier_records=store,
                 kinds=self.kinds,
                 clock=self.clock,
                 admission=self._admission or self._build_admission(),
@@ -235,6 +240,7 @@ class Floodway:
         deadline_s: float | None = None,
         metadata: dict[str, Any] | None = None,
         callback_url: str | None = None,
+        tier: str | None = None,
     ) -> Task:
         """Queue a task and return it at once (``deduped`` if the same work already ran)."""
         request = SubmitRequest(
@@ -246,6 +252,7 @@ class Floodway:
             deadline_s=deadline_s,
             metadata=metadata,
             callback_url=callback_url,
+            tier=tier,
         )
         return (await self.submit_request(request, tenant=tenant)).task
 

@@ -134,6 +134,7 @@ class Client:
         deadline_s: float | None = None,
         callback_url: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        tier: str | None = None,
     ) -> Task:
         """Queue a task; returns at once (the task is usually ``queued``)."""
         request = SubmitRequest(
@@ -145,6 +146,7 @@ class Client:
             deadline_s=deadline_s,
             callback_url=callback_url,
             metadata=dict(metadata) if metadata is not None else None,
+            tier=tier,
         )
         return (await self.submit_request(request)).task
 

@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from floodway.core.errors import ConfigError
+from floodway.core.tiers import Tier
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -92,6 +93,25 @@ class PriceConfig(_Strict):
     output_per_1m: float = Field(0.0, ge=0, description="per million output tokens")
     per_request: float = Field(0.0, ge=0, description="per billed request")
     per_image: float = Field(0.0, ge=0, description="per image generated")
+    batch_discount: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="the share of the price a call on the batch or flex tier costs (OpenAI and "
+        "Anthropic bill those at half price)",
+    )
+    batch_input_per_1m: float | None = Field(
+        None,
+        ge=0,
+        description="per million input tokens on the batch and flex tiers; unset: "
+        "input_per_1m x batch_discount",
+    )
+    batch_output_per_1m: float | None = Field(
+        None,
+        ge=0,
+        description="per million output tokens on the batch and flex tiers; unset: "
+        "output_per_1m x batch_discount",
+    )
 
 
 class BudgetConfig(_Strict):
@@ -443,9 +463,44 @@ class KindConfig(_Strict):
         description="with webhook_secret: how long to wait for the callback before polling",
         json_schema_extra=_for(*HTTP_LIKE),
     )
+    tiers: list[Tier] = Field(
+        default_factory=lambda: list[Tier](["sync"]),
+        description='the provider tiers its tasks may be sent on: "sync", "flex" (OpenAI\'s '
+        'service_tier), "batch" (the provider\'s batch API); each task takes the cheapest that '
+        "meets its deadline (docs/spend.md)",
+        json_schema_extra=_for("openai"),
+    )
+    turnaround: dict[Tier, Duration] = Field(
+        default_factory=dict,
+        description="how long a call on each tier is expected to take, until floodway has "
+        'measured it (defaults: sync = timeout, flex = "10m", batch = "1h")',
+        json_schema_extra=_for("openai"),
+    )
+    batch_max_lines: int = Field(
+        50_000,
+        ge=1,
+        le=50_000,
+        description="most tasks in one provider batch (OpenAI takes 50,000 a file)",
+        json_schema_extra=_for("openai"),
+    )
+    batch_max_age: Duration = Field(
+        60.0,
+        gt=0,
+        description="a provider batch is sent once its oldest task waited this long (or it is "
+        "full)",
+        json_schema_extra=_for("openai"),
+    )
     options: dict[str, Any] = Field(
         default_factory=dict, description="adapter-specific extras: see [kinds.NAME.options]"
     )
+
+    @model_validator(mode="after")
+    def _tiers(self) -> KindConfig:
+        if "sync" not in self.tiers:
+            raise ValueError('tiers must include "sync": interactive tasks and close deadlines')
+        if self.tiers != ["sync"] and self.adapter != "openai":
+            raise ValueError(f"tiers: flex and batch need the openai adapter, not {self.adapter!r}")
+        return self
 
     @property
     def served_models(self) -> list[str]:

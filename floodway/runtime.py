@@ -44,11 +44,13 @@ from floodway.core.task import (
     new_id,
     request_hash,
 )
+from floodway.core.tiers import BatchLine
 from floodway.core.validation import (
     check_attempts,
     check_callback_host,
     check_deadline,
     check_input,
+    check_tier,
 )
 from floodway.kinds import KindRegistry
 from floodway.limits.base import Admission
@@ -57,6 +59,7 @@ from floodway.pricing import Pricing
 from floodway.store.base import BatchKey, OpenAIBatch, Store, TaskChange
 from floodway.store.jobs import JobRecords
 from floodway.store.openai_records import OpenAIRecords
+from floodway.store.tier_records import TierRecords
 
 log = logging.getLogger("floodway")
 #: the follower's look at the ledger when the feed says nothing this long (a lost notice)
@@ -250,6 +253,8 @@ class Runtime:
     openai_records: OpenAIRecords
     #: the same ledger's multi-step jobs
     jobs: JobRecords
+    #: the same ledger's lines and provider batches of the batch tier
+    tier_records: TierRecords
     kinds: KindRegistry
     clock: Clock
     admission: Admission
@@ -416,6 +421,9 @@ class Runtime:
                 f"{type(exc).__name__}: {exc}"
             ) from None
         self.check_fits(spec.resource, cost)
+        check_tier(
+            request.tier, spec.tiers.offered, spec.name, interactive=lane is Lane.INTERACTIVE
+        )
         key = request.key
         return NewTask(
             kind=request.kind,
@@ -435,6 +443,7 @@ class Runtime:
             metadata=dict(request.metadata or {}),
             callback_url=request.callback_url,
             batch_id=batch_id,
+            tier=request.tier,
             interactive_depth=self.settings.tenants.interactive_depth,
             # Compared only when a request key matches: a submit without one skips the hash.
             request_hash="" if key is None else request_hash(request),
@@ -473,7 +482,33 @@ class Runtime:
         async def append_events(first: int, events: list[str]) -> None:
             await self.store.append_stream(task.id, task.tenant, first, events, self.clock.now())
 
-        return Context(task, self.clock, record_ref, append_events)
+        lines = None
+        if self.kinds.get(task.kind).tiers.offered != ("sync",):
+            lines = TaskLines(self.tier_records, task, self.clock)
+        return Context(task, self.clock, record_ref, append_events, lines)
 
     def check_fits(self, resource: str | None, cost: float) -> None:
         self.admission.check_fits(resource, cost)
+
+
+@dataclass(frozen=True)
+class TaskLines:
+    """A task's :class:`~floodway.context.LineBook`: its line in the ledger."""
+
+    records: TierRecords
+    task: Task
+    clock: Clock
+
+    async def get(self) -> BatchLine | None:
+        return await self.records.get_line(self.task.id)
+
+    async def add(self, model: str, body: dict[str, object]) -> BatchLine:
+        task = self.task
+        now = self.clock.now()
+        return await self.records.add_line(task.id, task.kind, model, body, task.deadline_at, now)
+
+    async def requeue(self) -> None:
+        await self.records.requeue_line(self.task.id, self.clock.now())
+
+    async def set_tier(self, tier: str) -> None:
+        await self.records.set_tier(self.task.id, tier)

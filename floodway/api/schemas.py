@@ -60,6 +60,11 @@ class SubmitIn(_In):
         description="an absolute http(s) URL, POSTed (signed) when the task ends",
     )
     metadata: dict[str, Any] | None = None
+    tier: Literal["sync", "flex", "batch"] | None = Field(
+        None,
+        description="the provider tier to send it on; unset: the cheapest that meets "
+        "its deadline among the kind's tiers",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -83,6 +88,7 @@ class SubmitIn(_In):
             deadline_s=self.deadline_s,
             metadata=self.metadata,
             callback_url=self.callback_url,
+            tier=self.tier,
         )
 
 
@@ -254,6 +260,9 @@ class SpendLineOut(BaseModel):
         description="what calls billed above the estimate their tasks were admitted at "
         "(a budget admits by the estimate)"
     )
+    tier_saved: float = Field(
+        0.0, description="what calls on the batch and flex tiers saved against the sync price"
+    )
 
 
 class SpendPointOut(BaseModel):
@@ -279,6 +288,9 @@ class SpendOut(BaseModel):
     since: datetime | None = Field(description="the start of the view (null: everything kept)")
     cost: float = Field(description="the total over the lines")
     saved: float = Field(description="the total dedupe saved over the lines")
+    tier_saved: float = Field(
+        0.0, description="the total the batch and flex tiers saved over the lines, against sync"
+    )
     lines: list[SpendLineOut] = Field(description="per tenant and kind")
     bucket_s: float
     series: list[SpendPointOut] = Field(description="per bucket of time, tenant and kind")

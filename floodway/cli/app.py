@@ -243,6 +243,10 @@ def simulate(
     chunk_ms: Annotated[
         float, typer.Option("--chunk-ms", help="--openai: gap between streamed events")
     ] = 0.0,
+    batch_hold_ms: Annotated[
+        float,
+        typer.Option("--batch-hold-ms", help="--openai: how long a Batch API batch takes"),
+    ] = 0.0,
 ) -> None:
     """Run a fake AI provider over HTTP (limits, faults, async jobs, a charge ledger)."""
     from pydantic import ValidationError
@@ -265,6 +269,7 @@ def simulate(
             webhook_drop_rate=webhook_drop_rate,
             seed=seed,
             chunk_ms=chunk_ms,
+            batch_hold_s=batch_hold_ms / 1000,
         )
     except ValidationError as exc:
         fail(f"simulator options: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")

@@ -48,6 +48,9 @@ class Parked:
 
     ref: str
     poll_at: float
+    #: the provider slot stays taken while it waits (False: a line of a provider batch,
+    #: counted by the batch queue's limits, not by the calls in flight)
+    holds_slot: bool = True
 
 
 Outcome = Succeeded | Failed | Cancelled | Parked

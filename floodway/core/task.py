@@ -87,6 +87,9 @@ class Task:
     metadata: dict[str, JSON] = field(default_factory=dict)
     callback_url: str | None = None
     batch_id: str | None = None
+    #: the provider tier its call goes on: pinned at submit, else the one chosen when it ran
+    #: (None: not chosen yet; see core/tiers.py)
+    tier: str | None = None
     lease_owner: str | None = None
     lease_token: str | None = None
     lease_expires_at: float | None = None
@@ -123,6 +126,8 @@ class SubmitRequest:
     deadline_s: float | None = None  # None: the kind's
     metadata: dict[str, JSON] | None = None
     callback_url: str | None = None
+    #: the provider tier to send it on (None: the cheapest that meets its deadline)
+    tier: str | None = None
     #: may take the result of identical work that succeeded: None, as the kind says
     #: (KindSpec.replays); True for a client's retry of the very same request
     replay: bool | None = None
@@ -150,6 +155,7 @@ class NewTask:
     metadata: dict[str, JSON] = field(default_factory=dict)
     callback_url: str | None = None
     batch_id: str | None = None
+    tier: str | None = None
     interactive_depth: int = 0  # 0 = unlimited; checked atomically with the insert
     #: sha256 of the canonical request body, to tell a replay from a conflicting reuse of a key
     request_hash: str = ""

@@ -119,12 +119,18 @@ class OpenAIAdapter:
     async def aclose(self) -> None:
         await self.http.aclose()
 
-    async def submit(self, ctx: Context, value: JSON) -> Submission:
+    def request_body(self, value: JSON) -> dict[str, Any]:
+        """The request a task's input asks for: the input, with the kind's model when it
+        names none."""
         if not isinstance(value, dict):
             raise FatalError(f"{self.name}: the input must be a JSON object (the request body)")
         body = dict(value)
         if self.model and "model" not in body:
             body["model"] = self.model
+        return body
+
+    async def submit(self, ctx: Context, value: JSON) -> Submission:
+        body = self.request_body(value)
         # Most OpenAI-compatible servers ignore it; gateways that honour it avoid double billing.
         headers = {**self.headers, "Idempotency-Key": ctx.work_key, **JSON_CONTENT}
         if self.api_key:

@@ -155,6 +155,7 @@ class SpendLine:
     calls: int  # billed calls
     deduped: int  # tasks that took another's result instead of a call
     over_estimate: float  # what calls billed above the holds their tasks were admitted at
+    tier_saved: float = 0.0  # what the batch and flex tiers saved against the sync price
 
 
 @dataclass(frozen=True)

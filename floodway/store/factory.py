@@ -10,11 +10,12 @@ from floodway.core.errors import StoreError
 from floodway.store.base import Store
 from floodway.store.jobs import JobRecords
 from floodway.store.openai_records import OpenAIRecords
+from floodway.store.tier_records import TierRecords
 
 
-class FullStore(Store, OpenAIRecords, JobRecords, Protocol):
-    """What every ledger is: the core :class:`Store`, and the OpenAI records and the jobs
-    beside it."""
+class FullStore(Store, OpenAIRecords, JobRecords, TierRecords, Protocol):
+    """What every ledger is: the core :class:`Store`, and beside it the OpenAI records, the
+    jobs and the batch tier's records."""
 
 
 def open_store(url: str) -> FullStore:

@@ -59,13 +59,14 @@ from floodway.store.rows import (
     task_from_row,
 )
 from floodway.store.steps import Query, Row, Rule, all_rows, count, one
+from floodway.store.tier_records import LedgerTierRecords
 
 T = TypeVar("T")
 #: how long the row of :meth:`Ledger.probe_write` outlives its last write
 PROBE_TTL_S = 300.0
 
 
-class Ledger(LedgerOpenAIRecords, LedgerJobs, ABC):
+class Ledger(LedgerOpenAIRecords, LedgerJobs, LedgerTierRecords, ABC):
     url: str
 
     def __init__(self, url: str) -> None:
@@ -232,6 +233,7 @@ class Ledger(LedgerOpenAIRecords, LedgerJobs, ABC):
                 int(r["calls"]),
                 int(r["deduped"]),
                 float(r["over_estimate"]),
+                float(r["tier_saved"]),
             )
             for r in await self._all("spend_totals", **params)
         )

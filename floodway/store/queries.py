@@ -10,8 +10,8 @@ _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
 
 #: every backend's query files: the task ledger's, the OpenAI Batch API's files and batches, and
-#: multi-step jobs'
-QUERY_FILES = ("queries.sql", "openai.sql", "jobs.sql")
+#: multi-step jobs', and the provider batches of the batch tier
+QUERY_FILES = ("queries.sql", "openai.sql", "jobs.sql", "tiers.sql")
 
 
 def load_queries(package: str) -> dict[str, str]:

@@ -53,6 +53,7 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
         metadata=loads(row["metadata"]) or {},
         callback_url=row["callback_url"],
         batch_id=row["batch_id"],
+        tier=row["tier"],
         lease_owner=row["lease_owner"],
         lease_token=row["lease_token"],
         lease_expires_at=row["lease_expires_at"],
@@ -141,6 +142,7 @@ def insert_params(task_id: str, new: NewTask, now: float) -> dict[str, Any]:
         "metadata": dumps(new.metadata or {}),
         "callback_url": new.callback_url,
         "batch_id": new.batch_id,
+        "tier": new.tier,
     }
 
 

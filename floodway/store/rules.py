@@ -332,6 +332,8 @@ def record_spend(charges: Sequence[tuple[str, Charge | None]], now: float) -> Ru
             "input_tokens": charge.usage.input_tokens,
             "output_tokens": charge.usage.output_tokens,
             "images": charge.usage.images,
+            "tier": charge.tier,
+            "tier_saved": charge.tier_saved,
         }
         for task_id, charge in charges
         if charge is not None

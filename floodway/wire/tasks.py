@@ -77,6 +77,8 @@ class TaskOut(BaseModel):
     duplicate_of: str | None = None
     upstream_ref: str | None = None
     cost: CostOut
+    #: the provider tier it is sent on: "sync", "flex" or "batch" (null: not chosen yet)
+    tier: str | None = None
     created_at: datetime
     updated_at: datetime
     started_at: datetime | None = None
@@ -122,6 +124,7 @@ def task_out(task: Task) -> TaskOut:
             held=task.spend_hold,
             over_estimate=task.over_estimate,
         ),
+        tier=task.tier,
         created_at=timestamp(task.created_at) or datetime.fromtimestamp(0, UTC),
         updated_at=timestamp(task.updated_at) or datetime.fromtimestamp(0, UTC),
         started_at=timestamp(task.started_at),
@@ -163,6 +166,7 @@ def task_from_json(data: Mapping[str, Any]) -> Task:
         cost_actual=cost.get("actual"),
         spend_hold=float(cost.get("held") or 0.0),
         over_estimate=float(cost.get("over_estimate") or 0.0),
+        tier=data.get("tier"),
         created_at=epoch(data.get("created_at")) or 0.0,
         updated_at=epoch(data.get("updated_at")) or 0.0,
         started_at=epoch(data.get("started_at")),
@@ -196,6 +200,7 @@ def submit_body(request: SubmitRequest) -> dict[str, Any]:
         "deadline_s": r.deadline_s,
         "callback_url": r.callback_url,
         "metadata": r.metadata,
+        "tier": r.tier,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return body

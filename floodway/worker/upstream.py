@@ -339,9 +339,11 @@ class UpstreamPoller:
         )
         if not parked:  # a webhook finished it, or the sweeper took it back: not ours anymore
             return
-        # The provider is still working: keep (renew) its slot.
-        keep = Settlement(headers=dict(headers or {}), keep_slot=True)
-        await runtime.admission.settle(permit_of(runtime, task), keep, runtime.clock.now())
+        spec = runtime.kinds.get(task.kind)
+        if spec.poll is not None and spec.poll.holds_slots:
+            # The provider is still working: keep (renew) its slot.
+            keep = Settlement(headers=dict(headers or {}), keep_slot=True)
+            await runtime.admission.settle(permit_of(runtime, task), keep, runtime.clock.now())
         self.wake(at)
 
     async def _give_up(

@@ -181,6 +181,8 @@ class Worker:
             if task.kind not in runtime.kinds:
                 continue
             spec = runtime.kinds.get(task.kind)
+            if task.parked and spec.poll is not None and not spec.poll.holds_slots:
+                continue  # a line of a provider batch: no call of its own in flight
             if task.parked:  # its job runs upstream: held until its poll or callback ends it
                 until = runtime.clock.now() + UNBOUNDED_CALL_S
             elif task.lease_owner is None:  # its worker died: held until its call could end
@@ -493,7 +495,7 @@ class Worker:
         runtime = self.runtime
         try:
             # Usage is settled when the job ends (by the poller or the webhook), not here.
-            keep = Settlement(headers=run.ctx.response_headers, keep_slot=True)
+            keep = Settlement(headers=run.ctx.response_headers, keep_slot=park.holds_slot)
             await runtime.admission.settle(run.permit, keep, runtime.clock.now())
             if run.fenced:
                 log.warning("task %s: lease lost, not parked", run.task.id)

@@ -63,7 +63,9 @@ async def test_a_task_submitted_through_a_process_ahead_starts_at_once(
         extra_env={"FLEET_CLOCK_SKEW": str(SKEW_S)},
     )
     on_time = spawn_api(database, redis.url, sim.url, tmp_path / "on_time.log")
-    worker = spawn_worker(database, redis.url, sim.url, tmp_path / "worker.log")
+    # A lease shorter than the skew (a sweeper ahead would take it for expired), long enough
+    # for heartbeats on a loaded machine.
+    worker = spawn_worker(database, redis.url, sim.url, tmp_path / "worker.log", lease="5s")
     fw: Floodway = build(database, sim.url, redis=redis.url)
     try:
         await until(ahead.healthy, 60, "the API process ahead answers")

@@ -21,6 +21,7 @@ TASK_FIELDS = {
     "input",
     "result",
     "error",
+    "tier",
     "attempts",
     "max_attempts",
     "idempotency_key",

@@ -15,11 +15,12 @@
 -- name: insert_task
 INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
                    idempotency_key, fingerprint, cost_estimated, spend_hold, created_at,
-                   updated_at, deadline_at, next_attempt_at, metadata, callback_url, batch_id)
+                   updated_at, deadline_at, next_attempt_at, metadata, callback_url, batch_id,
+                   tier)
 VALUES (%(id)s, %(kind)s, 'queued', %(lane)s, %(lane_rank)s, %(tenant)s, %(input)s,
         %(max_attempts)s, %(idempotency_key)s::text, %(fingerprint)s::text, %(cost_estimated)s,
         %(spend_hold)s, %(now)s, %(now)s, %(deadline_at)s::double precision, %(now)s, %(metadata)s,
-        %(callback_url)s::text, %(batch_id)s::text)
+        %(callback_url)s::text, %(batch_id)s::text, %(tier)s::text)
 RETURNING *;
 
 -- Many submits' tasks in one statement: the rows in the given order (seq follows it), their
@@ -34,11 +35,11 @@ WITH given AS (
             max_attempts integer, idempotency_key text, fingerprint text,
             cost_estimated double precision, spend_hold double precision,
             now double precision, deadline_at double precision, metadata text,
-            callback_url text, batch_id text, request_hash text,
+            callback_url text, batch_id text, tier text, request_hash text,
             key_expires_at double precision))
         WITH ORDINALITY AS g(id, kind, lane, lane_rank, tenant, input, max_attempts,
                              idempotency_key, fingerprint, cost_estimated, spend_hold, now,
-                             deadline_at, metadata, callback_url, batch_id, request_hash,
+                             deadline_at, metadata, callback_url, batch_id, tier, request_hash,
                              key_expires_at, ord)
 ), keyed AS (
     INSERT INTO request_keys (tenant, key, task_id, request_hash, expires_at)
@@ -50,10 +51,10 @@ WITH given AS (
     INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
                        idempotency_key, fingerprint, cost_estimated, spend_hold, created_at,
                        updated_at, deadline_at, next_attempt_at, metadata, callback_url,
-                       batch_id)
+                       batch_id, tier)
     SELECT id, kind, 'queued', lane, lane_rank, tenant, input, max_attempts, idempotency_key,
            fingerprint, cost_estimated, spend_hold, now, now, deadline_at, now, metadata,
-           callback_url, batch_id
+           callback_url, batch_id, tier
     FROM given
     WHERE idempotency_key IS NULL OR id IN (SELECT task_id FROM keyed)
     ORDER BY ord
@@ -568,12 +569,13 @@ SELECT (SELECT COALESCE(sum(cost), 0) FROM spend WHERE tenant = %(tenant)s AND a
 
 -- name: insert_spend
 INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images,
-                   over_estimate)
+                   over_estimate, tier, tier_saved)
 SELECT t.id, t.tenant, t.kind, %(at)s, g.cost, g.input_tokens, g.output_tokens, g.images,
-       greatest(0, g.cost - t.spend_hold)
+       greatest(0, g.cost - t.spend_hold), g.tier, g.tier_saved
 FROM json_to_recordset(%(rows)s::json) AS g(
         task_id text, cost double precision, input_tokens double precision,
-        output_tokens double precision, images double precision)
+        output_tokens double precision, images double precision, tier text,
+        tier_saved double precision)
 JOIN tasks t ON t.id = g.task_id;
 
 -- name: note_over_estimate
@@ -593,7 +595,8 @@ JOIN tasks t ON t.id = g.task_id;
 SELECT tenant, kind, sum(cost) AS cost, sum(saved) AS saved,
        sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
        sum(images) AS images, sum(over_estimate) AS over_estimate,
-       count(*) FILTER (WHERE NOT deduped) AS calls, count(*) FILTER (WHERE deduped) AS deduped
+       count(*) FILTER (WHERE NOT deduped) AS calls, count(*) FILTER (WHERE deduped) AS deduped,
+       sum(tier_saved) AS tier_saved
 FROM spend
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text) AND at >= %(since)s

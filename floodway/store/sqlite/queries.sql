@@ -9,10 +9,11 @@
 -- name: insert_task
 INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
                    idempotency_key, fingerprint, cost_estimated, spend_hold, created_at,
-                   updated_at, deadline_at, next_attempt_at, metadata, callback_url, batch_id)
+                   updated_at, deadline_at, next_attempt_at, metadata, callback_url, batch_id,
+                   tier)
 VALUES (:id, :kind, 'queued', :lane, :lane_rank, :tenant, :input, :max_attempts,
         :idempotency_key, :fingerprint, :cost_estimated, :spend_hold, :now, :now,
-        :deadline_at, :now, :metadata, :callback_url, :batch_id)
+        :deadline_at, :now, :metadata, :callback_url, :batch_id, :tier)
 RETURNING *;
 
 -- name: get_task
@@ -408,10 +409,11 @@ SELECT (SELECT COALESCE(sum(cost), 0) FROM spend WHERE tenant = :tenant AND at >
 
 -- name: insert_spend
 INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images,
-                   over_estimate)
+                   over_estimate, tier, tier_saved)
 SELECT t.id, t.tenant, t.kind, :at, json_extract(g.value, '$.cost'),
        json_extract(g.value, '$.input_tokens'), json_extract(g.value, '$.output_tokens'),
-       json_extract(g.value, '$.images'), max(0, json_extract(g.value, '$.cost') - t.spend_hold)
+       json_extract(g.value, '$.images'), max(0, json_extract(g.value, '$.cost') - t.spend_hold),
+       json_extract(g.value, '$.tier'), json_extract(g.value, '$.tier_saved')
 FROM json_each(:rows) AS g JOIN tasks t ON t.id = json_extract(g.value, '$.task_id');
 
 -- name: note_over_estimate
@@ -434,7 +436,7 @@ FROM json_each(:rows) AS g JOIN tasks t ON t.id = json_extract(g.value, '$.task_
 SELECT tenant, kind, sum(cost) AS cost, sum(saved) AS saved,
        sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
        sum(images) AS images, sum(over_estimate) AS over_estimate,
-       sum(1 - deduped) AS calls, sum(deduped) AS deduped
+       sum(1 - deduped) AS calls, sum(deduped) AS deduped, sum(tier_saved) AS tier_saved
 FROM spend
 WHERE (:tenant IS NULL OR tenant = :tenant) AND (:kind IS NULL OR kind = :kind)
   AND at >= :since
