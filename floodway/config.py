@@ -14,6 +14,7 @@ import re
 import tomllib
 import typing
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -27,7 +28,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from floodway.core.errors import ConfigError
 from floodway.core.tiers import Tier
@@ -617,7 +623,37 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Explicit arguments (CLI flags) > environment > file (passed in as init values).
-        return (env_settings, init_settings)
+        return (_NamedEnvSource(settings_cls), init_settings)
+
+
+#: the tables of names a variable may override, and what the file being loaded declares there
+_NAMED_TABLES = ("resources", "kinds")
+_FILE_DECLARES: ContextVar[Mapping[str, Any] | None] = ContextVar(
+    "floodway_file_declares", default=None
+)
+
+
+def declared_as(name: str, declared: Iterable[str]) -> str | None:
+    """The declared name that a variable's (lower-case) ``name`` stands for: itself, or the one
+    it spells with ``_`` where the name has ``-`` (a variable cannot hold a ``-``)."""
+    names = list(declared)
+    if name in names:
+        return name
+    return next((d for d in names if d.lower().replace("-", "_") == name), None)
+
+
+class _NamedEnvSource(EnvSettingsSource):
+    """The environment, with a variable's resource or kind name read as the file's own:
+    ``FLOODWAY_RESOURCES__IMAGE_API__CONCURRENCY`` overrides ``[resources.image-api]``."""
+
+    def __call__(self) -> dict[str, Any]:
+        values = super().__call__()
+        declares = _FILE_DECLARES.get() or {}
+        for table in _NAMED_TABLES:
+            given, declared = values.get(table), declares.get(table)
+            if isinstance(given, dict) and isinstance(declared, Mapping):
+                values[table] = {declared_as(n, declared) or n: v for n, v in given.items()}
+        return values
 
 
 def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
@@ -636,10 +672,13 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
             raise ConfigError(f"{path}: cannot read the config file: {why}") from None
     check_environment(data if path is not None else None, os.environ, where)
     data.update({k: v for k, v in overrides.items() if v is not None})
+    declares = _FILE_DECLARES.set(data)
     try:
         settings = Settings(**data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, where, environ=os.environ)) from None
+    finally:
+        _FILE_DECLARES.reset(declares)
     # Env values would otherwise beat explicit overrides; the caller's flags win.
     return settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
 
@@ -774,15 +813,21 @@ def _env_problem(
         return _env_problem(rest, sub, inner, where, f"{path}{part}.", file=file)
     name, rest = rest[0], rest[1:]
     declared = list(inner) if isinstance(inner, Mapping) else []
-    if file and name not in declared:
+    spelled = (
+        declared_as(name, declared)
+        if part in _NAMED_TABLES
+        else (name if name in declared else None)
+    )
+    if file and spelled is None:
         what = {"resources": "resource", "kinds": "kind", "named": "tenant"}.get(part, part)
-        hint = did_you_mean(name.replace("_", "-"), declared) or did_you_mean(name, declared)
+        as_variables = [d.lower().replace("-", "_") for d in declared]
+        hint = did_you_mean(name, as_variables if part in _NAMED_TABLES else declared)
         return (
             f"names {what} {name!r}, which {where} does not declare{hint}; a variable "
-            "overrides what the configuration declares, never adds to it (and cannot spell "
-            "'-' or capitals: name what you override in lower case with '_')"
+            "overrides what the configuration declares, never adds to it (it spells a name "
+            "in lower case, with '_' for '-')"
         )
-    own = inner.get(name) if isinstance(inner, Mapping) else None
+    own = inner.get(spelled) if isinstance(inner, Mapping) and spelled else None
     if not rest:
         return None
     return _env_problem(rest, sub, own, where, f"{path}{part}.{name}.", file=file)

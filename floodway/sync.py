@@ -24,10 +24,12 @@ T = TypeVar("T")
 
 class SyncFloodway:
     """``SyncFloodway(fw)`` or ``SyncFloodway(database=..., config=...)`` (as Floodway takes
-    them); declare kinds on :attr:`fw` before the first call."""
+    them); declare kinds with :attr:`kind` (:meth:`Floodway.kind` itself) before the first
+    call."""
 
     def __init__(self, fw: Floodway | None = None, **floodway: Any) -> None:
         self.fw = fw if fw is not None else Floodway(**floodway)
+        self.kind = self.fw.kind
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="floodway-sync", daemon=True

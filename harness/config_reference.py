@@ -44,8 +44,11 @@ out of date. Edit the models' descriptions, not this file. -->
 
 Every key is read from the TOML file given with `--config`, and also from an environment
 variable (which wins over the file): `FLOODWAY_` + the key path in capitals, tables joined by
-`__` (`FLOODWAY_RESOURCES__LLM__CONCURRENCY=8`). An unknown key, a wrong type or an impossible
-value stops start-up with a message that names the key and the file.
+`__` (`FLOODWAY_RESOURCES__LLM__CONCURRENCY=8`), a name's `-` written `_`
+(`FLOODWAY_RESOURCES__IMAGE_API__CONCURRENCY` sets `[resources.image-api]`). A variable
+overrides what the file declares and never adds a resource, kind or tenant to it. An unknown
+key, a wrong type or an impossible value stops start-up with a message that names the key and
+the file.
 
 Durations are a number of seconds or a string with a unit: `"250ms"`, `"90s"`, `"15m"`,
 `"24h"`, `"7d"`. Rates are `"COUNT/PERIOD"`: `"20/s"`, `"600/m"`, `"1/10s"`.

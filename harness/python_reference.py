@@ -8,13 +8,14 @@ A test compares the file with what this renders, and runs its Python blocks.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from floodway import Client, Context, Floodway, SyncFloodway
+from floodway import Client, Context, Floodway, SyncFloodway, Task
 
 HEADER = """# The Python API
 
@@ -68,7 +69,7 @@ import floodway
 
 with floodway.SyncFloodway(database="sqlite:///floodway-sync.db") as fw:
 
-    @fw.fw.kind("double")
+    @fw.kind("double")
     async def double(ctx: floodway.Context, inp: dict) -> dict:
         return {"n": inp["n"] * 2}
 
@@ -102,7 +103,21 @@ def render() -> str:
                 head = f"async with {head}"
             doc = _doc(func)
             parts.append(f"\n- `{head}`" + (f": {doc}" if doc else "") + "\n")
-    return "".join(parts)
+    parts.append(TASK_INTRO)
+    parts.extend(f"\n- `{f.name}: {f.type}`" for f in dataclasses.fields(Task))
+    return "".join(parts) + "\n"
+
+
+TASK_INTRO = """
+## Task
+
+What `submit`, `get`, `wait` and `list_tasks` answer: a frozen dataclass. Times are epoch
+seconds (the HTTP API writes them as ISO 8601); `cost_estimated` and `cost_actual` are in the
+kind's cost units (the tokens of its `cost` rule), `spend_hold` and `over_estimate` in money;
+`request_key` is the `Idempotency-Key` (`idempotency_key` over HTTP). A task whose input was
+done before is `deduped` with that result (`duplicate_of` names the task it took it from):
+set `dedupe=False` on a kind to run every submit.
+"""
 
 
 def _members(cls: type) -> list[tuple[str, Any]]:

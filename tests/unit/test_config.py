@@ -98,8 +98,8 @@ def test_durations_and_rates() -> None:
 @pytest.mark.parametrize(
     ("variable", "expected"),
     [
-        # the README's resource is image-api: a variable cannot spell it, and made a new one
-        ("FLOODWAY_RESOURCES__IMAGE_API__CONCURRENCY", "resource 'image_api', which"),
+        # a near miss of the README's image-api is offered as a variable spells it
+        ("FLOODWAY_RESOURCES__IMAGE_APII__CONCURRENCY", "did you mean 'image_api'"),
         ("FLOODWAY_KINDS__CHAT__MAX_ATTEMPTS", "kind 'chat'"),
         ("FLOODWAY_TENANTS__ACME__BUDGET__AMOUNT", "tenant 'acme'"),
         ("FLOODWAY_API__NOPE", "api.nope is not a setting"),
@@ -118,12 +118,21 @@ def test_an_override_that_names_nothing_in_the_file_is_refused_naming_the_variab
     assert variable in str(refused.value) and expected in str(refused.value)
 
 
-def test_a_resource_name_a_variable_can_spell_is_offered(
+def test_a_variable_spells_a_name_with_a_dash_with_an_underscore(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FLOODWAY_RESOURCES__IMAGE_API__CONCURRENCY", "2")
-    with pytest.raises(ConfigError, match="did you mean 'image-api'"):
-        load_settings(write(tmp_path, "[resources.image-api]\nconcurrency = 10\n"))
+    monkeypatch.setenv("FLOODWAY_KINDS__IMAGE_GEN__MAX_ATTEMPTS", "7")
+    s = load_settings(
+        write(
+            tmp_path,
+            "[resources.image-api]\nconcurrency = 10\n"
+            '[kinds.image-gen]\nadapter = "simulated"\nresource = "image-api"\n',
+        )
+    )
+    assert set(s.resources) == {"image-api"} and s.resources["image-api"].concurrency == 2
+    assert set(s.kinds) == {"image-gen"} and s.kinds["image-gen"].max_attempts == 7
+    monkeypatch.delenv("FLOODWAY_KINDS__IMAGE_GEN__MAX_ATTEMPTS")
     s = load_settings(write(tmp_path, "[resources.image_api]\nconcurrency = 10\n"))
     assert s.resources["image_api"].concurrency == 2
 
