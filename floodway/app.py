@@ -165,7 +165,9 @@ class Floodway:
         return register
 
     def on_dead(self, hook: AlertHook) -> AlertHook:
-        """Register a callable run when a task becomes a dead letter."""
+        """Register a callable run when a task becomes a dead letter: from the outbox, after
+        the dead task's write, in the process that delivers the outbox (one per ledger, where
+        maintenance runs: give every such process the same hooks)."""
         self._alert_hooks.append(hook)
         if self._runtime is not None:
             self._runtime.alert_hooks.append(hook)

@@ -56,12 +56,11 @@ def count_field(value: dict[str, Any], name: str) -> int | None:
 
 
 def _output_budget(value: Any, default: int) -> int:
-    if isinstance(value, dict):
-        for name in OUTPUT_FIELDS:
-            budget = count_field(value, name)
-            if budget is not None:
-                return budget
-    return default
+    """The request's output bound: the largest it names (which one a provider honours when
+    it names several is the provider's), else ``default``."""
+    named = [count_field(value, name) for name in OUTPUT_FIELDS] if isinstance(value, dict) else []
+    bounds = [b for b in named if b is not None]
+    return max(bounds) if bounds else default
 
 
 def model_max_output(model: str | None) -> int:
