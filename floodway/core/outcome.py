@@ -27,6 +27,8 @@ class Failed:
     in_progress: bool = False  # the provider works on the same key already
     usage: float | None = None
     upstream_status: int | None = None  # the provider's HTTP status, if it answered one
+    #: floodway stopped waiting (a timeout) while the call may go on at the provider
+    hung_up: bool = False
 
 
 @dataclass(frozen=True)

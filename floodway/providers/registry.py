@@ -86,6 +86,7 @@ def build_provider_kind(name: str, cfg: KindConfig) -> KindSpec:
         output_schema=cfg.output_schema,
         idempotent=idempotent,
         lookup=lookup,
+        retry_timeouts=cfg.retry_timeouts,
         poll=None if jobs is None else UpstreamPoll(jobs, schedule),
         poll_max_attempts=cfg.poll_max_attempts,
         close=adapter.aclose,

@@ -210,9 +210,6 @@ SELECT id, tenant, owner FROM resolved ORDER BY seq;
 SELECT id, tenant FROM tasks WHERE waits_for = %(waits_for)s AND status = 'queued'
 ORDER BY seq LIMIT 1 FOR UPDATE;
 
--- name: has_waiters
-SELECT id FROM tasks WHERE waits_for = %(id)s AND status = 'queued' LIMIT 1;
-
 -- name: promote_waiter
 UPDATE tasks SET waits_for = NULL, duplicate_of = NULL, next_attempt_at = %(now)s,
     updated_at = %(now)s
@@ -265,6 +262,7 @@ WITH picked AS MATERIALIZED (
 ), claimed AS (
     UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = %(owner)s,
         lease_token = %(token)s, lease_expires_at = %(expires_at)s, attempt_at = %(now)s,
+        call_ends_by = %(now)s + (%(bounds)s::jsonb ->> kind)::double precision,
         started_at = COALESCE(started_at, %(now)s), updated_at = %(now)s
     WHERE seq = ANY(ARRAY(SELECT seq FROM picked))
     RETURNING *
@@ -279,6 +277,7 @@ SELECT * FROM claimed;
 WITH claimed AS (
     UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = %(owner)s,
         lease_token = %(token)s, lease_expires_at = %(expires_at)s, attempt_at = %(now)s,
+        call_ends_by = %(now)s + (%(bounds)s::jsonb ->> kind)::double precision,
         started_at = COALESCE(started_at, %(now)s), updated_at = %(now)s
     WHERE id = ANY(%(ids)s::text[])
       AND status IN ('queued', 'retrying') AND waits_for IS NULL
@@ -539,14 +538,16 @@ SELECT (SELECT COALESCE(sum(cost), 0) FROM spend WHERE tenant = %(tenant)s AND a
            AS spent,
        (SELECT COALESCE(sum(spend_hold), 0) FROM tasks
         WHERE tenant = %(tenant)s AND spend_hold > 0
-          AND status IN ('queued', 'running', 'retrying')) AS held;
+          AND (status IN ('queued', 'running', 'retrying') OR lease_token IS NOT NULL)) AS held;
 
 -- name: insert_spend
-INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images)
-SELECT t.id, t.tenant, t.kind, %(at)s, g.cost, g.input_tokens, g.output_tokens, g.images
+INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images,
+                   possibly)
+SELECT t.id, t.tenant, t.kind, %(at)s, g.cost, g.input_tokens, g.output_tokens, g.images,
+       g.possibly
 FROM json_to_recordset(%(rows)s::json) AS g(
         task_id text, cost double precision, input_tokens double precision,
-        output_tokens double precision, images double precision)
+        output_tokens double precision, images double precision, possibly boolean)
 JOIN tasks t ON t.id = g.task_id;
 
 -- A deduped task saved what its source's work cost.

@@ -127,9 +127,6 @@ RETURNING id, tenant, duplicate_of;
 SELECT id, tenant FROM tasks WHERE waits_for = :waits_for AND +status = 'queued'
 ORDER BY seq LIMIT 1;
 
--- name: has_waiters
-SELECT id FROM tasks WHERE waits_for = :id AND +status = 'queued' LIMIT 1;
-
 -- name: promote_waiter
 UPDATE tasks SET waits_for = NULL, duplicate_of = NULL, next_attempt_at = :now, updated_at = :now
 WHERE id = :id;
@@ -166,6 +163,7 @@ ORDER BY t.lane_rank, t.seq;
 -- name: claim_next
 UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = :owner,
     lease_token = :token, lease_expires_at = :expires_at, attempt_at = :now,
+    call_ends_by = :now + (SELECT b.value FROM json_each(:bounds) AS b WHERE b.key = kind),
     started_at = COALESCE(started_at, :now), updated_at = :now
 WHERE seq IN (
     -- INDEXED BY: walk the queue in dispatch order and stop at LIMIT; left to itself the
@@ -180,6 +178,7 @@ RETURNING *;
 -- name: claim_ids
 UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = :owner,
     lease_token = :token, lease_expires_at = :expires_at, attempt_at = :now,
+    call_ends_by = :now + (SELECT b.value FROM json_each(:bounds) AS b WHERE b.key = kind),
     started_at = COALESCE(started_at, :now), updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND +status IN ('queued', 'retrying') AND waits_for IS NULL  -- by id, not the status index
@@ -380,13 +379,14 @@ SELECT (SELECT COALESCE(sum(cost), 0) FROM spend WHERE tenant = :tenant AND at >
            AS spent,
        (SELECT COALESCE(sum(spend_hold), 0) FROM tasks
         WHERE tenant = :tenant AND spend_hold > 0
-          AND status IN ('queued', 'running', 'retrying')) AS held;
+          AND (status IN ('queued', 'running', 'retrying') OR lease_token IS NOT NULL)) AS held;
 
 -- name: insert_spend
-INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images)
+INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images,
+                   possibly)
 SELECT t.id, t.tenant, t.kind, :at, json_extract(g.value, '$.cost'),
        json_extract(g.value, '$.input_tokens'), json_extract(g.value, '$.output_tokens'),
-       json_extract(g.value, '$.images')
+       json_extract(g.value, '$.images'), json_extract(g.value, '$.possibly')
 FROM json_each(:rows) AS g JOIN tasks t ON t.id = json_extract(g.value, '$.task_id');
 
 -- A deduped task saved what its source's work cost.
