@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from typing import Any
 
 import jsonschema
 
@@ -26,19 +27,19 @@ async def execute(spec: KindSpec, ctx: Context, policy: RetryPolicy, clock: Cloc
     the task while the call is read to its end, and a late success is kept for the work."""
     if ctx.deadline_at is not None and clock.now() >= ctx.deadline_at:
         return _deadline_outcome(ctx)  # claimed past its deadline: no call at all
-    budget = spec.timeout_s
     run = asyncio.ensure_future(spec.handler(ctx, ctx.task.input))
-    lease_watch = asyncio.ensure_future(ctx.lease_lost.wait())
+    watches: set[asyncio.Future[Any]] = {asyncio.ensure_future(ctx.lease_lost.wait())}
+    if spec.timeout_s is not None:  # on the clock: the timeout is the kind's, in its time
+        watches.add(asyncio.ensure_future(clock.sleep(spec.timeout_s)))
     try:
-        done, _ = await asyncio.wait(
-            {run, lease_watch}, timeout=budget, return_when=asyncio.FIRST_COMPLETED
-        )
+        await asyncio.wait({run, *watches}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
         run.cancel()
-        lease_watch.cancel()
         raise
-    lease_watch.cancel()
-    if run not in done:
+    finally:
+        for watch in watches:
+            watch.cancel()
+    if not run.done():
         run.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await run

@@ -29,6 +29,7 @@ from floodway.core.errors import Unavailable
 from floodway.core.hangup import Provider, Why, held_until, on_hang_up
 from floodway.core.outcome import Completion, Failed, Parked, from_running
 from floodway.core.owners import owner_name
+from floodway.core.spend import possibly_billed
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task, new_token
 from floodway.kinds import UNBOUNDED_CALL_S
@@ -390,12 +391,14 @@ class Worker:
             failed = Failed(lost, retry_after=0.0, in_progress=True)
         if verdict.resend:
             item = runtime.decide(task, failed, now, run.ctx.billed)
-            if item.to is Status.RETRYING:
-                # a provider without keys would run the resend beside the first call
-                keyed = spec.provider is Provider.KEYED
-                due = item.next_attempt_at if keyed else max(until, item.next_attempt_at or now)
-                item = dataclasses.replace(item, next_attempt_at=due)
-            else:  # out of attempts (or past the deadline): the call may still run
+            if item.to is Status.RETRYING and spec.provider is not Provider.KEYED:
+                # Not beside the first call, which may bill too: it is recorded as possibly
+                # billed. (To a provider that honours keys, the resend joins the first call
+                # at once, and its answer says the bill.)
+                due = max(until, item.next_attempt_at or now)
+                possibly = possibly_billed(task.spend_hold)
+                item = dataclasses.replace(item, next_attempt_at=due, charge=possibly)
+            elif item.to is not Status.RETRYING:  # out of attempts, or past the deadline
                 item = dataclasses.replace(item, orphan_until=until)
             return item, settlement
         unknown = "the provider may have billed it (billing unknown)"
