@@ -173,19 +173,20 @@ async def test_a_cancel_reads_the_running_call_to_its_end_and_records_its_bill(
 async def test_a_budget_cannot_be_walked_past_by_cancels_or_deadlines(
     database: str, clock: FakeClock, how: str
 ) -> None:
-    """A budget of 10 calls: submit to the budget, end each task once it runs (a cancel, or a
-    deadline of 0.5 s), submit again, three rounds. The calls ended early still count until
-    the provider has answered them: the provider never bills past the budget, and the ledger
-    never records less than it billed."""
-    provider = BillingProvider(clock, call_s=CALL_S, price=PRICE, cap=10)
+    """A budget of 10 calls, and room for more at the provider: submit to the budget, end
+    each task once it runs (a cancel, or a deadline of 0.5 s), submit new work again, three
+    rounds. The calls ended early still count until the provider has answered them: the
+    provider never bills past the budget, and the ledger never records less than it billed."""
+    provider = BillingProvider(clock, call_s=CALL_S, price=PRICE, cap=30)
     budget = 10 * PRICE
     deadline = 0.5 if how == "deadline" else None
-    async with running(database, clock, provider, cap=10, budget=budget, timeout_s=10.0) as fw:
-        for _ in range(3):
+    async with running(database, clock, provider, cap=30, budget=budget, timeout_s=10.0) as fw:
+        for round in range(3):
             accepted = []
             for i in range(20):
+                value = {"round": round, "i": i}
                 try:
-                    accepted.append(await fw.submit("gen", {"i": i}, deadline_s=deadline))
+                    accepted.append(await fw.submit("gen", value, deadline_s=deadline))
                 except BudgetExceeded:
                     break
             await settle()
@@ -198,6 +199,9 @@ async def test_a_budget_cannot_be_walked_past_by_cancels_or_deadlines(
             assert provider.billed <= budget + 1e-9
             assert await spent(fw) >= provider.billed - 1e-9
         await run_for(clock, 10)
+        ended_early = Status.CANCELLED if how == "cancel" else Status.TIMEOUT
+        assert ended_early in {t.status for t in await everything(fw)}
+        assert provider.violations == []
         assert provider.billed <= budget + 1e-9
         assert await spent(fw) == pytest.approx(provider.billed)
         use = await fw.budget_use("default", 0.0)
