@@ -89,7 +89,7 @@ def held_until(why: Why, now: float, bound_at: float, timeout_s: float) -> float
 
 
 #: recent calls a bound is taken from, at least: fewer say too little about the tail
-MIN_SAMPLES = 20
+MIN_SAMPLES = 10
 #: the quantile of recent call durations a bound starts from
 QUANTILE = 0.99
 #: a bound is the quantile times this, plus ``SLACK_S``

@@ -381,13 +381,15 @@ UPDATE tasks SET lease_owner = NULL, lease_expires_at = %(until)s, updated_at = 
 WHERE id = %(id)s AND lease_token = %(token)s;
 
 -- All the leases of one heartbeat in one statement; the ones not returned are lost.
+-- A task that ended under its lease (cancelled or past its deadline mid-call) is reported as
+-- cancelled: its handler may stop; its call is read to its end either way.
 -- name: heartbeat
 WITH held AS (SELECT * FROM json_to_recordset(%(rows)s::json) AS (id text, token text))
 UPDATE tasks SET lease_expires_at = %(expires_at)s, updated_at = %(now)s
 FROM held
 WHERE tasks.id = ANY(ARRAY(SELECT id FROM held))
   AND tasks.id = held.id AND tasks.lease_token = held.token AND tasks.lease_owner IS NOT NULL
-RETURNING tasks.id, tasks.cancel_requested;
+RETURNING tasks.id, tasks.cancel_requested OR tasks.status <> 'running' AS cancel_requested;
 
 -- name: set_upstream_ref
 UPDATE tasks SET upstream_ref = %(ref)s, updated_at = %(now)s

@@ -227,13 +227,15 @@ RETURNING status, tenant, fingerprint;
 UPDATE tasks SET lease_owner = NULL, lease_expires_at = :until, updated_at = :now
 WHERE id = :id AND lease_token = :token;
 
--- All the leases of one heartbeat in one statement; the ones not returned are lost.
+-- All the leases of one heartbeat in one statement; the ones not returned are lost. A task
+-- that ended under its lease (cancelled or past its deadline mid-call) is reported as
+-- cancelled: its handler may stop; its call is read to its end either way.
 -- name: heartbeat
 UPDATE tasks SET lease_expires_at = :expires_at, updated_at = :now
 FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token
       FROM json_each(:rows)) AS held
 WHERE tasks.id = held.id AND tasks.lease_token = held.token AND tasks.lease_owner IS NOT NULL
-RETURNING id, cancel_requested;
+RETURNING id, cancel_requested OR status <> 'running' AS cancel_requested;
 
 -- name: set_upstream_ref
 UPDATE tasks SET upstream_ref = :ref, updated_at = :now
