@@ -27,7 +27,9 @@ into the run and restarted at once. The calls the dead worker left can be neithe
 looked up: their tasks fail ``interrupted`` and their slots are held until the calls could
 have ended, bounded by what the kind's calls have taken (core/hangup.py), not the timeout.
 Figures: ``settled_s``, seconds from the kill until every task the dead worker held has ended
-and the provider runs at its cap again (or has nothing left to run); the provider's peak; lost;
+and the provider runs at its cap again (or has nothing left to run), and ``restarted_s``, the part
+of it the new worker took to start (the kill until its first call was served); the provider's
+peak; lost;
 charged twice (the simulator's ledger counts charges per key, honoured or not).
 
 (A request the kill cuts off mid-body makes the simulator log a ``ClientDisconnect``
@@ -225,11 +227,14 @@ async def c3_run(seed: int, quick: bool) -> Figures:
             try:
                 started = await until_served_exceeds(sim, 0, timeout_s=60)
                 await asyncio.sleep(max(0.0, started + case.kill_after_s - time.time()))
+                served_at_kill = sim.state.stats.served
                 os.kill(first.pid, signal.SIGKILL)
                 first.wait()
                 killed = time.monotonic()
                 held = [t.id for t in await reread(fw, tasks) if t.status.value == "running"]
                 second = start_worker(database, sim.url, logs / "worker2.log", APP_WITHOUT_KEYS)
+                await until_served_exceeds(sim, served_at_kill, timeout_s=60)
+                restarted = time.monotonic()
                 settled = await until_settled(fw, sim, held, case.tasks, timeout_s=120)
                 await until_terminal(fw, case.tasks, timeout_s=180)
             finally:
@@ -240,6 +245,8 @@ async def c3_run(seed: int, quick: bool) -> Figures:
         provider = provider_figures(sim)
     return {
         "settled_s": settled - killed,
+        # of which the new worker's start-up: the kill until its first call was served
+        "restarted_s": restarted - killed,
         "held_at_kill": len(held),
         **task_figures(final),
         "interrupted": sum(
@@ -285,7 +292,7 @@ C3 = Scenario(
     "settled <= 4 s after the kill; provider peak <= cap; lost 0; charged twice 0",
     c3_run,
     Summary(
-        ("settled_s", "held_at_kill", "interrupted", "peak_concurrency", "charged", "requests"),
+        ("settled_s", "restarted_s", "held_at_kill", "interrupted", "peak_concurrency", "charged"),
         ("lost", "double_charged", "rate_limited_429"),
     ),
     c3_check,

@@ -51,12 +51,13 @@ def never_fails(ctx: Context, call: int) -> bool:
 @dataclass
 class BillingProvider:
     clock: Clock
-    #: how long the provider computes one call
-    call_s: float = 1.0
+    #: how long the provider computes one call (or a call for ``ctx``)
+    call_s: float | Callable[[Context], float] = 1.0
     #: what one finished call bills
     price: float = 0.0
-    #: a second call with the same Idempotency-Key joins the first (or replays its answer)
-    honours_keys: bool = False
+    #: a second call with the same Idempotency-Key joins the first (or replays its answer);
+    #: a function: for the calls it says so of
+    honours_keys: bool | Callable[[Context], bool] = False
     #: the in-flight limit floodway was configured with: more at once is a violation
     cap: int | None = None
     #: what bills once: the work a call is for (default: its work key)
@@ -81,10 +82,14 @@ class BillingProvider:
         """What the provider billed, in all."""
         return self.price * sum(self.charges.values())
 
+    def keyed(self, ctx: Context) -> bool:
+        """Whether the provider honours ``ctx``'s Idempotency-Key."""
+        return self.honours_keys(ctx) if callable(self.honours_keys) else self.honours_keys
+
     def start(self, ctx: Context) -> Call:
         """Start (or, honouring keys, join) the call for ``ctx``'s work."""
         key = ctx.work_key
-        if self.honours_keys:
+        if self.keyed(ctx):
             for call in self.running:
                 if call.key == key:  # joined to the call in flight: nothing more is billed
                     return call
@@ -94,7 +99,7 @@ class BillingProvider:
         self.calls[work] += 1
         fails = self.fails(ctx, self.calls[work])
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        ends_at = self.clock.now() + self.call_s
+        ends_at = self.clock.now() + (self.call_s(ctx) if callable(self.call_s) else self.call_s)
         call = Call(work, key, ctx.task.tenant, ends_at, fails, answer)
         self.running.add(call)
         self.peak = max(self.peak, len(self.running))
@@ -122,18 +127,30 @@ class BillingProvider:
 
     async def call(self, ctx: Context, value: Any = None) -> dict[str, Any]:
         """A kind's handler: the answer of the call, which goes on if the caller goes."""
-        if self.honours_keys and ctx.work_key in self.done:
+        if self.keyed(ctx) and ctx.work_key in self.done:
             answer = self.done[ctx.work_key]  # a replay: not billed again
         else:
             call = self.start(ctx)
             call.answer.add_done_callback(_seen)
-            answer = await asyncio.shield(call.answer)
+            try:
+                answer = await asyncio.shield(call.answer)
+            except asyncio.CancelledError:
+                self.hung_up(ctx, call)
+                raise
         # the answer says what its call billed, a replay's as the first time (priced per call)
         ctx.report_usage(0)
         return answer
 
+    def hung_up(self, ctx: Context, call: Call) -> None:
+        """The caller stopped waiting for ``call``, which goes on: a hook for a model that
+        tracks what floodway can no longer see."""
+
     async def look_up(self, ctx: Context) -> dict[str, Any] | None:
-        return self.done.get(ctx.work_key)
+        """The finished answer under ``ctx``'s key, which says what its call billed."""
+        found = self.done.get(ctx.work_key)
+        if found is not None:
+            ctx.report_usage(0)
+        return found
 
     def stop_all(self) -> None:
         """Every call in flight stops unbilled (a provider that stops on disconnect, or went
