@@ -81,6 +81,9 @@ class Completion:
     orphan_until: float | None = None
     #: what the provider billed for this attempt: written to the spend ledger with the status
     charge: Charge | None = None
+    #: floodway stopped waiting for this attempt's call, which may run until then: should the
+    #: task have ended meanwhile (a cancel, a deadline), its attempt stays open that long
+    hung_up_until: float | None = None
 
     @property
     def closes_attempt(self) -> bool:

@@ -547,8 +547,8 @@ def _not_moved(
     if not ours:
         return Applied(item.task_id, False, status)
     assert item.lease_token is not None
-    if item.orphan_until is not None:  # hung up on: the call may go on without its worker
-        yield from orphan_attempt(item.task_id, item.lease_token, item.orphan_until, now)
+    if item.hung_up_until is not None:  # hung up on: the call may go on without its worker
+        yield from orphan_attempt(item.task_id, item.lease_token, item.hung_up_until, now)
         return Applied(item.task_id, False, status)
     result = Succeeded(item.result) if item.to is Status.SUCCEEDED else None
     freed = yield from close_attempt(

@@ -400,7 +400,7 @@ class Worker:
                 item = dataclasses.replace(item, next_attempt_at=due, charge=possibly)
             elif item.to is not Status.RETRYING:  # out of attempts, or past the deadline
                 item = dataclasses.replace(item, orphan_until=until)
-            return item, settlement
+            return dataclasses.replace(item, hung_up_until=until), settlement
         unknown = "the provider may have billed it (billing unknown)"
         if why is Why.TIMEOUT:
             error = ErrorInfo(ErrorClass.TIMEOUT, "timeout", f"{failed.error.message}; {unknown}")
@@ -412,7 +412,7 @@ class Worker:
             to = Status.FAILED
         item = from_running(task, to, error=error, orphan_until=until)
         charge = runtime.charge(task, run.ctx.billed)
-        return dataclasses.replace(item, charge=charge), settlement
+        return dataclasses.replace(item, charge=charge, hung_up_until=until), settlement
 
     async def _take_slot(self) -> bool:
         """A slot for the handler (claims are for free slots: one is there); False when the
