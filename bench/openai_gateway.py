@@ -12,7 +12,9 @@ The provider is ``floodway simulate --openai --latency-ms 0`` (it answers at onc
 process; floodway and LiteLLM are processes of their own; all share the machine with wrk. Every
 request's body is distinct (a counter in the prompt), so floodway's dedupe shares nothing.
 Figures: requests/s, p50 and p99 of wrk's latency, and what floodway adds to the provider's
-p50 and p99 one at a time. Without wrk on the PATH the bench says so and stops.
+p50 and p99 one at a time; then the time to a stream's first event (``stream: true``, one at a
+time, from httpx: the same client on both paths, so the difference is floodway's), p50 and
+p99. Without wrk on the PATH the bench says so and stops.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import write_result
+from bench.common import percentile, write_result
 from bench.http_load import cpu_s
 from harness.fleet import free_port
 from harness.processes import ROOT, until
@@ -40,6 +42,7 @@ from harness.processes import ROOT, until
 KEY = "bench-key"
 MODEL = "gpt-4o-mini"
 CONCURRENT = 64
+STREAMS = 200  # streams one at a time, after 20 to warm up
 #: wrk's Lua: POST a chat request with a prompt no other request has, count any answer but
 #: 200, and print one JSON line of the figures at the end
 WRK_SCRIPT = """\
@@ -177,6 +180,33 @@ def measure(
     return out
 
 
+async def first_events(url: str, path: str, key: str, streams: int) -> dict[str, float]:
+    """Seconds from sending a ``stream: true`` chat request to its first ``data:`` line, one
+    request at a time, each prompt distinct (nothing is shared)."""
+    waits: list[float] = []
+    headers = {"Authorization": f"Bearer {key}"}
+    loop = asyncio.get_running_loop()
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as http:
+        for n in range(streams + 20):
+            prompt = [{"role": "user", "content": f"stream {n} {os.getpid()}"}]
+            body = {"model": MODEL, "stream": True, "messages": prompt}
+            sent = loop.time()
+            async with http.stream("POST", path, json=body) as answer:
+                if answer.status_code != 200:
+                    raise SystemExit(f"{url}{path}: {answer.status_code} {await answer.aread()!r}")
+                first = None
+                async for line in answer.aiter_lines():
+                    if first is None and line.startswith("data:"):
+                        first = loop.time() - sent
+            if n >= 20 and first is not None:
+                waits.append(first)
+    return {
+        "p50_ms": round(1000 * percentile(waits, 50), 2),
+        "p99_ms": round(1000 * percentile(waits, 99), 2),
+        "streams": len(waits),
+    }
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     seconds = 3.0 if args.quick else args.seconds
     with tempfile.TemporaryDirectory() as tmp:
@@ -195,6 +225,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await until_up(f"{provider}/v1/models", timeout=30)
             rows["provider"] = measure("provider", provider, "/v1/chat/completions", sim_pid,
                                        seconds, script)  # fmt: skip
+            streams = 40 if args.quick else STREAMS
+            rows["provider"]["stream"] = await first_events(
+                provider, "/v1/chat/completions", "sk-sim", streams
+            )
+            print(f"provider  stream: {json.dumps(rows['provider']['stream'])}", flush=True)
             rows["floodway"] = await _floodway(args, folder, provider, seconds, script)
             if args.litellm:
                 rows["litellm"] = await _litellm(args.litellm, folder, provider, seconds, script)
@@ -204,6 +239,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "floodway_added_p50_ms": round(through["p50_ms"] - direct["p50_ms"], 2),
         "floodway_added_p99_ms": round(through["p99_ms"] - direct["p99_ms"], 2),
         "floodway_requests_per_s_64": rows["floodway"]["many"]["requests_per_s"],
+        "floodway_added_first_event_p50_ms": round(
+            rows["floodway"]["stream"]["p50_ms"] - rows["provider"]["stream"]["p50_ms"], 2
+        ),
+        "floodway_added_first_event_p99_ms": round(
+            rows["floodway"]["stream"]["p99_ms"] - rows["provider"]["stream"]["p99_ms"], 2
+        ),
         "floodway_src": str(args.floodway_src or ROOT),
     }
     if "litellm" in rows:
@@ -219,7 +260,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "id": "O4",
         "scenario": "chat requests through /openai/v1 (SQLite ledger, limits, price, budget) "
-        "against the provider directly, from wrk, one at a time and 64 at once",
+        "against the provider directly, from wrk, one at a time and 64 at once; a stream's "
+        "first event one at a time, from httpx",
         "floor": "added p50 <= 2 ms and p99 <= 10 ms one at a time; >= 1,000 req/s at 64",
         "passed": passed,
         "figures": figures,
@@ -238,9 +280,14 @@ async def _floodway(
     command = [sys.executable, "-m", "floodway.cli", "serve", "--config", str(config), "--port",
                str(port)]  # fmt: skip
     with process(command, folder / "floodway.log", {"PYTHONPATH": src}) as pid:
-        await until_up(f"http://127.0.0.1:{port}/readyz", timeout=60)
-        return measure("floodway", f"http://127.0.0.1:{port}", "/openai/v1/chat/completions",
-                       pid, seconds, script)  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        await until_up(f"{url}/readyz", timeout=60)
+        out: dict[str, Any] = measure("floodway", url, "/openai/v1/chat/completions", pid,
+                                      seconds, script)  # fmt: skip
+        streams = 40 if args.quick else STREAMS
+        out["stream"] = await first_events(url, "/openai/v1/chat/completions", KEY, streams)
+        print(f"floodway  stream: {json.dumps(out['stream'])}", flush=True)
+        return out
 
 
 async def _litellm(

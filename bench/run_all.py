@@ -76,6 +76,7 @@ def steps() -> list[Step]:
         Step("H1 (the HTTP front at the defaults)", "bench.http_load", server),
         Step("T2", "bench.scale"),
         Step("Q1-Q8, Q4b", "bench.quota"),
+        Step("L1-L3 (learned limits that follow a provider down and up)", "bench.learning"),
         Step("U1/U2", "bench.upstream"),
         Step("C1", "bench.crash"),
         Step("F1/F2, Q6/Q7 on the fleet", "bench.fleet"),

@@ -9,9 +9,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from floodway.clock import Clock, SystemClock, wait_event
+from floodway.clock import Clock, LedgerClock, wait_event
 from floodway.config import KindConfig, Settings, load_settings
-from floodway.core.errors import ConfigError, TaskNotFound, WaitTimeout
+from floodway.core.errors import ConfigError, JobNotFound, TaskNotFound, WaitTimeout
+from floodway.core.jobs import Job, JobRequest, JobStatus
 from floodway.core.retry import RetryPolicy
 from floodway.core.task import SubmitRequest, Submitted, Task
 from floodway.core.upstream import first_poll_after
@@ -30,8 +31,9 @@ from floodway.limits.base import Admission
 from floodway.maintenance.loop import Maintenance
 from floodway.maintenance.sweeper import Sweeper
 from floodway.providers.registry import aclose_kinds
-from floodway.runtime import AlertHook, Runtime
+from floodway.runtime import AlertHook, Runtime, StepPlanner
 from floodway.store.base import (
+    BatchCounts,
     BudgetUse,
     ReadyQuery,
     SpendQuery,
@@ -40,9 +42,11 @@ from floodway.store.base import (
     StoreStats,
     TaskEvent,
     TaskQuery,
+    WorkerInfo,
 )
 from floodway.store.factory import open_store
 from floodway.store.openai_records import OpenAIRecords
+from floodway.wire.jobs import job_json
 from floodway.worker.worker import Worker, WorkerOptions
 
 
@@ -68,7 +72,8 @@ class Floodway:
         elif database is not None:
             settings = settings.model_copy(update={"database": database})
         self.settings = settings
-        self.clock: Clock = clock or SystemClock()
+        #: by default the ledger's time (a fleet shares it), read through this host's clock
+        self.clock: Clock = clock or LedgerClock()
         self.kinds = KindRegistry()
         self._policy = policy or RetryPolicy()
         self._admission = admission
@@ -173,9 +178,17 @@ class Floodway:
             self.kinds.check_fallbacks()
             store = open_store(self.settings.database)
             await store.open()
+            if isinstance(self.clock, LedgerClock):
+                try:
+                    await self.clock.follow(store.server_time)
+                except BaseException:  # not opened after all: let go of the ledger
+                    await store.close()
+                    raise
             runtime = Runtime(
                 store=store,
                 openai_records=store,
+                jobs=store,
+                tier_records=store,
                 kinds=self.kinds,
                 clock=self.clock,
                 admission=self._admission or self._build_admission(),
@@ -184,6 +197,7 @@ class Floodway:
                 settings=self.settings,
             )
             store.add_listener(runtime.hub.on_changes)
+            store.plan_jobs(StepPlanner(runtime))
             self._runtime = runtime
         return self
 
@@ -196,6 +210,8 @@ class Floodway:
             await self._runtime.admission.aclose()
             await self._runtime.store.close()
             self._runtime = None
+        if isinstance(self.clock, LedgerClock):
+            await self.clock.unfollow()
 
     async def __aenter__(self) -> Floodway:
         return await self.open()
@@ -226,6 +242,7 @@ class Floodway:
         deadline_s: float | None = None,
         metadata: dict[str, Any] | None = None,
         callback_url: str | None = None,
+        tier: str | None = None,
     ) -> Task:
         """Queue a task and return it at once (``deduped`` if the same work already ran)."""
         request = SubmitRequest(
@@ -237,6 +254,7 @@ class Floodway:
             deadline_s=deadline_s,
             metadata=metadata,
             callback_url=callback_url,
+            tier=tier,
         )
         return (await self.submit_request(request, tenant=tenant)).task
 
@@ -309,6 +327,17 @@ class Floodway:
         await self.open()
         return await self.runtime.store.batch_counts(batch_id, tenant)
 
+    async def workers(self, since: float) -> list[WorkerInfo]:
+        """Every process's workers that said they live at ``since`` or later, with the tasks
+        each holds (every tenant's: an operator's view)."""
+        await self.open()
+        return await self.runtime.store.workers(since)
+
+    async def batches(self, *, tenant: str, limit: int = 50) -> list[BatchCounts]:
+        """The tenant's newest batches, newest first, each one's tasks per status."""
+        await self.open()
+        return await self.runtime.store.batches(tenant, limit)
+
     async def stats(self, *, tenant: str | None = None) -> StoreStats:
         """Tasks per status and per kind: one tenant's, or (None) everyone's."""
         await self.open()
@@ -365,6 +394,88 @@ class Floodway:
         task = await self.get(task_id, tenant=tenant)  # its tenant's budget applies
         budget = self.runtime.pricing.budget_of(task.tenant)
         return await self.runtime.store.manual_retry(task_id, tenant, self.clock.now(), budget)
+
+    # -- jobs --------------------------------------------------------------------------------
+    async def submit_job(
+        self,
+        steps: list[dict[str, Any]],
+        *,
+        lane: str = "background",
+        tenant: str = "default",
+        deadline_s: float | None = None,
+        metadata: dict[str, Any] | None = None,
+        callback_url: str | None = None,
+    ) -> dict[str, Any]:
+        """Queue a multi-step job (docs/jobs.md) and return it at once, as
+        ``GET /v1/jobs/{id}`` shows it: its first steps' tasks are queued with it."""
+        await self.open()
+        request = JobRequest(steps, lane, deadline_s, metadata, callback_url)
+        return job_json(*await self.runtime.submit_job(request, tenant=tenant))
+
+    async def get_job(self, job_id: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """A job: its status, each step's tasks and statuses, progress, result or error."""
+        await self.open()
+        found = await self.runtime.jobs.get_job(job_id, tenant)
+        if found is None:
+            raise JobNotFound(job_id)
+        return job_json(*found)
+
+    async def list_jobs(
+        self,
+        *,
+        tenant: str,
+        status: JobStatus | None = None,
+        after_seq: int | None = None,
+        limit: int = 100,
+        descending: bool = False,
+    ) -> list[Job]:
+        """A tenant's jobs, oldest (or newest) first, after ``after_seq`` (a job's ``seq``)."""
+        await self.open()
+        return await self.runtime.jobs.list_jobs(tenant, status, after_seq, limit, descending)
+
+    async def cancel_job(self, job_id: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """End a running job: what has not been sent is cancelled, a call in flight gets the
+        abort signal (as :meth:`cancel`), and no further step starts."""
+        await self.open()
+        asked = await self.runtime.jobs.cancel_job(job_id, tenant, self.clock.now())
+        for worker in self._workers:
+            for task_id in asked:
+                worker.cancel_local(task_id)
+        return await self.get_job(job_id, tenant=tenant)
+
+    async def retry_job(self, job_id: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """Run a failed job again from where it failed: only its failed steps' tasks and what
+        depends on them run; what succeeded is kept (and never billed again)."""
+        await self.open()
+        job = await self.get_job(job_id, tenant=tenant)
+        budget = self.runtime.pricing.budget_of(job["tenant"])
+        await self.runtime.jobs.retry_job(job_id, tenant, budget)
+        return await self.get_job(job_id, tenant=tenant)
+
+    async def wait_job(
+        self, job_id: str, timeout: float | None = None, *, tenant: str | None = None
+    ) -> dict[str, Any]:
+        """Wait until the job has ended: woken by its end as :meth:`wait` is by a task's."""
+        await self.open()
+        hub = self.runtime.hub
+        event = hub.watch(job_id)
+        self.follow_changes()
+        give_up = None if timeout is None else self.clock.now() + timeout
+        try:
+            while True:
+                event.clear()
+                job = await self.get_job(job_id, tenant=tenant)
+                if job["status"] != JobStatus.RUNNING:
+                    return job
+                left = None if give_up is None else give_up - self.clock.now()
+                if left is None:
+                    await event.wait()
+                    continue
+                if left <= 0:
+                    raise WaitTimeout(f"job {job_id} still running after {timeout}s")
+                await wait_event(self.clock, event, left)
+        finally:
+            hub.unwatch(job_id, event)
 
     # -- running -----------------------------------------------------------------------------
     @asynccontextmanager

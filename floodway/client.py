@@ -84,6 +84,8 @@ class StatusEvent:
     at: float | None
     attempt: int
     detail: str = ""
+    #: on the stream's last event only: the task as it ended (what :meth:`Client.get` reads)
+    task: Task | None = None
 
 
 class Client:
@@ -132,6 +134,7 @@ class Client:
         deadline_s: float | None = None,
         callback_url: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        tier: str | None = None,
     ) -> Task:
         """Queue a task; returns at once (the task is usually ``queued``)."""
         request = SubmitRequest(
@@ -143,6 +146,7 @@ class Client:
             deadline_s=deadline_s,
             callback_url=callback_url,
             metadata=dict(metadata) if metadata is not None else None,
+            tier=tier,
         )
         return (await self.submit_request(request)).task
 
@@ -217,6 +221,39 @@ class Client:
     async def retry(self, task_id: str) -> Task:
         return task_from_json(await self._request("POST", f"/v1/tasks/{_seg(task_id)}/retry"))
 
+    # -- jobs ---------------------------------------------------------------------------------
+    async def submit_job(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /v1/jobs`` with ``body`` (``{"steps": [...], ...}``): the job, as plain data."""
+        job: dict[str, Any] = await self._request("POST", "/v1/jobs", json=body)
+        return job
+
+    async def get_job(self, job_id: str) -> dict[str, Any]:
+        job: dict[str, Any] = await self._request("GET", f"/v1/jobs/{_seg(job_id)}")
+        return job
+
+    async def cancel_job(self, job_id: str) -> dict[str, Any]:
+        job: dict[str, Any] = await self._request("DELETE", f"/v1/jobs/{_seg(job_id)}")
+        return job
+
+    async def retry_job(self, job_id: str) -> dict[str, Any]:
+        job: dict[str, Any] = await self._request("POST", f"/v1/jobs/{_seg(job_id)}/retry")
+        return job
+
+    async def wait_job(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """Until the job has ended, following its event stream (again, if it breaks)."""
+        url = f"/v1/jobs/{_seg(job_id)}/events"
+        async with asyncio.timeout(timeout):
+            while True:
+                async with self._http.stream("GET", url, timeout=None) as response:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        raise_for_problem(response)
+                    async for line in response.aiter_lines():
+                        if line.startswith("data: "):
+                            job: dict[str, Any] = json.loads(line.removeprefix("data: "))
+                            if job["status"] != "running":
+                                return job
+
     # -- batches ------------------------------------------------------------------------------
     async def batch(
         self,
@@ -266,7 +303,8 @@ class Client:
 
     # -- waiting ------------------------------------------------------------------------------
     async def events(self, task_id: str, *, after: int | None = None) -> AsyncIterator[StatusEvent]:
-        """The task's status changes as they happen (Server-Sent Events); ends at terminal."""
+        """The task's status changes as they happen (Server-Sent Events); ends at terminal,
+        the last event holding the ended task."""
         headers = {"Accept": "text/event-stream"}
         if after:
             headers["Last-Event-ID"] = str(after)
@@ -295,6 +333,8 @@ class Client:
             try:
                 async for event in self.events(task_id, after=last_seq):
                     last_seq, progressed = event.seq, True
+                    if event.task is not None and event.task.terminal:
+                        return event.task
             except (httpx.TransportError, httpx.DecodingError):
                 pass  # the stream broke: poll below, then follow it again
             except ApiError as exc:
@@ -351,6 +391,9 @@ async def _parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[StatusEvent]:
                     at=epoch(payload.get("at")),
                     attempt=int(payload.get("attempt", 0)),
                     detail=str(payload.get("detail", "")),
+                    task=task_from_json(ended)
+                    if isinstance(ended := payload.get("task"), dict)
+                    else None,
                 )
             seq, data = "", []
             continue

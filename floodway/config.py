@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from floodway.core.errors import ConfigError
+from floodway.core.tiers import Tier
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -92,6 +93,25 @@ class PriceConfig(_Strict):
     output_per_1m: float = Field(0.0, ge=0, description="per million output tokens")
     per_request: float = Field(0.0, ge=0, description="per billed request")
     per_image: float = Field(0.0, ge=0, description="per image generated")
+    batch_discount: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="the share of the price a call on the batch or flex tier costs (OpenAI and "
+        "Anthropic bill those at half price)",
+    )
+    batch_input_per_1m: float | None = Field(
+        None,
+        ge=0,
+        description="per million input tokens on the batch and flex tiers; unset: "
+        "input_per_1m x batch_discount",
+    )
+    batch_output_per_1m: float | None = Field(
+        None,
+        ge=0,
+        description="per million output tokens on the batch and flex tiers; unset: "
+        "output_per_1m x batch_discount",
+    )
 
 
 class BudgetConfig(_Strict):
@@ -389,6 +409,14 @@ class KindConfig(_Strict):
         "the kind); empty: model, if set",
         json_schema_extra=_for("openai"),
     )
+    max_output_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="the output tokens a request that bounds none (max_tokens, "
+        "max_completion_tokens, max_output_tokens) is estimated at, per answer; unset: its "
+        "model's published limit (docs/spend.md)",
+        json_schema_extra=_for("openai"),
+    )
     cost: str | None = Field(
         None,
         description='the cost estimate: "tokens", "chars" or "fixed:N"; unset: the '
@@ -440,9 +468,44 @@ class KindConfig(_Strict):
         description="with webhook_secret: how long to wait for the callback before polling",
         json_schema_extra=_for(*HTTP_LIKE),
     )
+    tiers: list[Tier] = Field(
+        default_factory=lambda: list[Tier](["sync"]),
+        description='the provider tiers its tasks may be sent on: "sync", "flex" (OpenAI\'s '
+        'service_tier), "batch" (the provider\'s batch API); each task takes the cheapest that '
+        "meets its deadline (docs/spend.md)",
+        json_schema_extra=_for("openai"),
+    )
+    turnaround: dict[Tier, Duration] = Field(
+        default_factory=dict,
+        description="how long a call on each tier is expected to take, until floodway has "
+        'measured it (defaults: sync = timeout, flex = "10m", batch = "1h")',
+        json_schema_extra=_for("openai"),
+    )
+    batch_max_lines: int = Field(
+        50_000,
+        ge=1,
+        le=50_000,
+        description="most tasks in one provider batch (OpenAI takes 50,000 a file)",
+        json_schema_extra=_for("openai"),
+    )
+    batch_max_age: Duration = Field(
+        60.0,
+        gt=0,
+        description="a provider batch is sent once its oldest task waited this long (or it is "
+        "full)",
+        json_schema_extra=_for("openai"),
+    )
     options: dict[str, Any] = Field(
         default_factory=dict, description="adapter-specific extras: see [kinds.NAME.options]"
     )
+
+    @model_validator(mode="after")
+    def _tiers(self) -> KindConfig:
+        if "sync" not in self.tiers:
+            raise ValueError('tiers must include "sync": interactive tasks and close deadlines')
+        if self.tiers != ["sync"] and self.adapter != "openai":
+            raise ValueError(f"tiers: flex and batch need the openai adapter, not {self.adapter!r}")
+        return self
 
     @property
     def served_models(self) -> list[str]:
@@ -459,6 +522,13 @@ class CallbacksConfig(_Strict):
     backoff: Duration = Field(2.0, description="first gap between attempts (full jitter, x2)")
     max_backoff: Duration = Field(600.0, description="longest gap between attempts")
     timeout: Duration = Field(10.0, description="one delivery's time limit")
+
+
+class JobsConfig(_Strict):
+    """Multi-step jobs (docs/jobs.md): how large one job may be."""
+
+    max_steps: int = Field(50, ge=1, description="steps one job may have")
+    max_items: int = Field(1000, ge=1, description="tasks one for_each step may fan out to")
 
 
 class WorkerConfig(_Strict):
@@ -499,6 +569,7 @@ class Settings(BaseSettings):
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     callbacks: CallbacksConfig = Field(default_factory=CallbacksConfig)
+    jobs: JobsConfig = Field(default_factory=JobsConfig)
     tenants: TenantConfig = Field(default_factory=TenantConfig)
     resources: dict[str, ResourceConfig] = Field(default_factory=dict)
     kinds: dict[str, KindConfig] = Field(default_factory=dict)

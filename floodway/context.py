@@ -4,15 +4,38 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from floodway.clock import Clock
 from floodway.core.spend import Usage
 from floodway.core.task import Task
+from floodway.core.tiers import BatchLine
 
 #: Record an upstream job id durably for this attempt; False when the attempt lost its lease.
 RecordRef = Callable[[str], Awaitable[bool]]
 #: Keep a streamed call's next events with the task, numbered from the first given.
 AppendEvents = Callable[[int, list[str]], Awaitable[None]]
+
+
+class LineBook(Protocol):
+    """This task's line in a provider batch (core/tiers.py), kept in the ledger."""
+
+    async def get(self) -> BatchLine | None:
+        """The task's line, None when it has none."""
+        ...
+
+    async def add(self, model: str, body: dict[str, object]) -> BatchLine:
+        """Queue the task's request for the next batch of its kind and model (or, when it
+        was queued before, the line as it is: a task has one line)."""
+        ...
+
+    async def requeue(self) -> None:
+        """A line that failed retryably, or was taken out, queued again for a new batch."""
+        ...
+
+    async def set_tier(self, tier: str) -> None:
+        """Record the tier the task's call goes on (the task's ``tier``)."""
+        ...
 
 
 class Context:
@@ -28,8 +51,11 @@ class Context:
         clock: Clock,
         record_ref: RecordRef,
         append_events: AppendEvents | None = None,
+        lines: LineBook | None = None,
     ) -> None:
         self.task = task
+        #: the task's provider batch line (None: outside a ledger, as in unit tests)
+        self.lines = lines
         self._append_events = append_events
         #: events of this attempt's stream handed on so far
         self.streamed = 0
@@ -73,16 +99,18 @@ class Context:
         input_tokens: float | None = None,
         output_tokens: float | None = None,
         images: float | None = None,
+        tier: str = "sync",
     ) -> None:
         """The actual cost the provider reported (tokens, characters...): settles the
         estimate made at submit. The split (input and output tokens, images) prices the call
-        in the spend ledger; without one, ``amount`` is priced as input tokens."""
+        in the spend ledger, at the price of its ``tier``; without one, ``amount`` is priced
+        as input tokens."""
         self.usage = float(amount)
         if input_tokens is None and output_tokens is None and images is None:
-            self.billed = Usage(input_tokens=self.usage)
+            self.billed = Usage(input_tokens=self.usage, tier=tier)
         else:
             self.billed = Usage(
-                float(input_tokens or 0), float(output_tokens or 0), float(images or 0)
+                float(input_tokens or 0), float(output_tokens or 0), float(images or 0), tier
             )
 
     async def stream(self, events: list[str]) -> None:

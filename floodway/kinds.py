@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from floodway.config import KindConfig
 from floodway.context import Context
 from floodway.core.errors import ConfigError, UnknownKind
 from floodway.core.hangup import Provider
-from floodway.core.task import GLOBAL_SCOPE, JSON, Task, fingerprint, tenant_scope
+from floodway.core.task import GLOBAL_SCOPE, JSON, Lane, Task, fingerprint, tenant_scope
+from floodway.core.tiers import (
+    LineResult,
+    Tier,
+    Turnarounds,
+    UpstreamView,
+    as_tier,
+    choose_tier,
+    turnarounds,
+)
 from floodway.core.upstream import JobView, PollSchedule
 
 #: The defaults of a kind, whether declared in Python or in a config file: one home.
@@ -52,6 +61,72 @@ class JobPoller(Protocol):
         """The job id a callback body is about (None: it names none) and what it says."""
         ...
 
+    @property
+    def holds_slots(self) -> bool:
+        """A parked task keeps its provider slot (a job runs upstream on its behalf); not so
+        a line of a provider batch, which the batch queue's limits count instead."""
+        ...
+
+
+class BatchApi(Protocol):
+    """A provider's batch API, for the provider batches of one kind (core/tiers.py)."""
+
+    def line(self, custom_id: str, body: dict[str, object]) -> JSON:
+        """One request of the batch's input file."""
+        ...
+
+    async def upload(self, lines: list[JSON]) -> str:
+        """The input file uploaded: its id."""
+        ...
+
+    async def create(self, file_id: str, tag: str) -> UpstreamView:
+        """A batch of the file created, carrying ``tag`` (floodway's id) in its metadata."""
+        ...
+
+    async def find(self, tag: str) -> UpstreamView | None:
+        """The batch created with ``tag``, if there is one (after a crash between its
+        creation and its record)."""
+        ...
+
+    async def retrieve(self, ref: str) -> UpstreamView: ...
+
+    async def cancel(self, ref: str) -> UpstreamView:
+        """Stop the batch: the lines it answered stay answered (and billed)."""
+        ...
+
+    async def results(self, view: UpstreamView) -> list[LineResult]:
+        """The lines an ended batch answered or failed (its output and error files)."""
+        ...
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    """The tiers a kind's tasks may go on (core/tiers.py), and how its batches are packed."""
+
+    offered: tuple[Tier, ...] = ("sync",)
+    times: Turnarounds = field(default_factory=lambda: turnarounds(DEFAULTS.timeout, {}))
+    batch: BatchApi | None = None
+    max_lines: int = DEFAULTS.batch_max_lines
+    max_age_s: float = DEFAULTS.batch_max_age
+
+    def choose(self, task: Task, now: float, *, without: tuple[Tier, ...] = ()) -> Tier:
+        """The tier ``task``'s call goes on now (``without``: tiers it may no longer take)."""
+        pinned = as_tier(task.tier) if task.tier in self.offered else None
+        if pinned in without:
+            pinned = None
+        return choose_tier(
+            [t for t in self.offered if t not in without],
+            pinned=pinned,
+            interactive=task.lane is Lane.INTERACTIVE,
+            remaining_s=None if task.deadline_at is None else task.deadline_at - now,
+            times=self.times,
+        )
+
+    def leave_by(self, deadline_at: float) -> float:
+        """When a line still waiting in a batch must leave it to be sent on the sync tier
+        before ``deadline_at``: room for a sync call and one retry of it."""
+        return deadline_at - 2 * self.times.expected("sync")
+
 
 @dataclass(frozen=True)
 class FunctionPoller:
@@ -70,6 +145,10 @@ class FunctionPoller:
 
     def read_callback(self, body: JSON) -> tuple[str | None, JobView]:
         return read_callback(body)
+
+    @property
+    def holds_slots(self) -> bool:
+        return True
 
 
 def read_callback(body: JSON) -> tuple[str | None, JobView]:
@@ -118,6 +197,8 @@ class KindSpec:
     #: which finished results a new identical request may take (None: every one); identical
     #: requests in flight at once share the work either way
     replays: Callable[[JSON], bool] | None = None
+    #: the provider tiers its calls may go on (core/tiers.py)
+    tiers: TierPlan = field(default_factory=TierPlan)
 
     def replays_result(self, value: JSON) -> bool:
         """Whether a success for ``value`` is kept for later identical requests."""

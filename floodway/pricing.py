@@ -11,7 +11,15 @@ from floodway.core.spend import Budget, Charge, Price, Usage
 
 
 def _price(config: PriceConfig) -> Price:
-    return Price(config.input_per_1m, config.output_per_1m, config.per_request, config.per_image)
+    return Price(
+        config.input_per_1m,
+        config.output_per_1m,
+        config.per_request,
+        config.per_image,
+        config.batch_discount,
+        config.batch_input_per_1m,
+        config.batch_output_per_1m,
+    )
 
 
 @dataclass(frozen=True)
@@ -29,8 +37,13 @@ class Pricing:
         return None
 
     def charge(self, kind: str, resource: str | None, usage: Usage) -> Charge:
+        """What a call that billed ``usage`` cost on its tier, and what that saved against
+        the sync price."""
         price = self.price_of(kind, resource)
-        return Charge(usage, 0.0 if price is None else price.cost(usage))
+        if price is None:
+            return Charge(usage, 0.0, usage.tier)
+        cost = price.on(usage.tier).cost(usage)
+        return Charge(usage, cost, usage.tier, price.cost(usage) - cost)
 
     def hold(self, kind: str, resource: str | None, units: float) -> float:
         """What a task of ``kind`` estimated at ``units`` (its metered unit) may cost."""

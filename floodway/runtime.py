@@ -10,14 +10,28 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-import httpx
-
 from floodway.clock import Clock, stop_task
 from floodway.config import Settings
 from floodway.context import Context
-from floodway.core.errors import AdmissionRefused, BudgetExceeded, FloodwayError, InvalidInput
+from floodway.core.errors import (
+    AdmissionRefused,
+    FloodwayError,
+    InvalidInput,
+    InvalidJob,
+)
 from floodway.core.hangup import CallTimes
-from floodway.core.outcome import Applied, Cancelled, Completion, Failed, Outcome
+from floodway.core.jobs import (
+    JOB_PREFIX,
+    Job,
+    JobRequest,
+    JobState,
+    JobStatus,
+    Start,
+    next_moves,
+    parse_job,
+    work_key,
+)
+from floodway.core.outcome import Cancelled, Completion, Failed, Outcome
 from floodway.core.retry import RetryPolicy
 from floodway.core.spend import Charge, Usage
 from floodway.core.states import Status
@@ -28,20 +42,25 @@ from floodway.core.task import (
     Submitted,
     Task,
     batch_hash,
+    new_id,
     request_hash,
 )
+from floodway.core.tiers import BatchLine
 from floodway.core.validation import (
     check_attempts,
     check_callback_host,
     check_deadline,
     check_input,
+    check_tier,
 )
 from floodway.kinds import KindRegistry
 from floodway.limits.base import Admission
 from floodway.limits.submit_rate import SubmitRateLimiter
 from floodway.pricing import Pricing
 from floodway.store.base import BatchKey, OpenAIBatch, Store, TaskChange
+from floodway.store.jobs import JobRecords
 from floodway.store.openai_records import OpenAIRecords
+from floodway.store.tier_records import TierRecords
 
 log = logging.getLogger("floodway")
 #: the follower's look at the ledger when the feed says nothing this long (a lost notice)
@@ -169,6 +188,23 @@ class ChangeHub:
         self._remote.discard(event)
 
 
+@dataclass(frozen=True)
+class StepPlanner:
+    """The ledger's maker of a job's next tasks (:class:`~floodway.store.base.JobPlanner`)."""
+
+    runtime: Runtime
+
+    @property
+    def max_items(self) -> int:
+        return self.runtime.settings.jobs.max_items
+
+    def now(self) -> float:
+        return self.runtime.clock.now()
+
+    def task(self, job: Job, start: Start) -> NewTask:
+        return self.runtime.step_task(job, start)
+
+
 @dataclass
 class UpstreamCounts:
     """What this process saw of the providers: calls, 429s, 5xx, and polls that found
@@ -216,6 +252,10 @@ class Runtime:
     store: Store
     #: the same ledger's records of the OpenAI-compatible Batch API
     openai_records: OpenAIRecords
+    #: the same ledger's multi-step jobs
+    jobs: JobRecords
+    #: the same ledger's lines and provider batches of the batch tier
+    tier_records: TierRecords
     kinds: KindRegistry
     clock: Clock
     admission: Admission
@@ -268,6 +308,72 @@ class Runtime:
                 raise
         behind = [dataclasses.replace(n, lane=Lane.BACKGROUND, interactive_depth=0) for n in news]
         return await self._write(behind, batch, batch_key)
+
+    async def submit_job(
+        self, request: JobRequest, *, tenant: str = "default", gate: Gate | None = None
+    ) -> tuple[Job, JobState]:
+        """A job enters the ledger the way a task does: checked first (its definition, then
+        each first step's task as a submit checks it), then the gate's one token, then one
+        write of the job and its first steps' tasks under the tenant's budget."""
+        settings = self.settings.jobs
+        spec = parse_job(request.steps, self.kinds, settings.max_steps, settings.max_items)
+        try:
+            lane = Lane(request.lane)
+        except ValueError:
+            raise InvalidInput(
+                f"lane must be 'interactive' or 'background', not {request.lane!r}"
+            ) from None
+        check_deadline(request.deadline_s)
+        if request.metadata is not None:
+            try:
+                check_input(request.metadata)
+            except InvalidInput as exc:
+                raise InvalidInput(f"metadata: {exc}") from None
+        if gate is not None and request.callback_url is not None:
+            check_callback_host(request.callback_url, gate.callback_hosts)
+        now = self.clock.now()
+        job = Job(
+            id=new_id(now, prefix=JOB_PREFIX.removesuffix("_")),
+            tenant=tenant,
+            status=JobStatus.RUNNING,
+            lane=lane,
+            spec=spec,
+            created_at=now,
+            updated_at=now,
+            deadline_s=request.deadline_s,
+            deadline_at=None if request.deadline_s is None else now + request.deadline_s,
+            metadata=dict(request.metadata or {}),
+            callback_url=request.callback_url,
+        )
+        first = next_moves(spec, JobState(), now, job.deadline_at, settings.max_items)
+        for start in first.start:
+            try:
+                self.step_task(job, start)
+            except FloodwayError as exc:
+                raise InvalidJob(start.step, str(exc)) from None
+        if gate is not None:
+            await gate.admit(tenant, self.settings.tenants.submit_rate)
+        return await self.jobs.submit_job(job, self.pricing.budget_of(tenant))
+
+    def step_task(self, job: Job, start: Start) -> NewTask:
+        """A job's step as a task: checked as a submit is, in the job's lane, under the
+        step's work key (the same for the same step of the job, whoever writes it)."""
+        spec = job.spec.step(start.step)
+        request = SubmitRequest(
+            spec.kind,
+            start.input,
+            lane=job.lane,
+            deadline_s=start.deadline_s,
+            metadata={"job_id": job.id, "step": start.step, "index": start.index},
+        )
+        new = self._checked(request, job.tenant, None, None)
+        # One request, the job: a later step is not refused for the tenant's depth.
+        return dataclasses.replace(
+            new,
+            fingerprint=work_key(job.id, start.step, start.index),
+            interactive_depth=0,
+            replay=True,
+        )
 
     async def _write(
         self, news: list[NewTask], batch: BatchOf | None, batch_key: BatchKey | None
@@ -325,6 +431,9 @@ class Runtime:
                 f"{type(exc).__name__}: {exc}"
             ) from None
         self.check_fits(spec.resource, cost)
+        check_tier(
+            request.tier, spec.tiers.offered, spec.name, interactive=lane is Lane.INTERACTIVE
+        )
         key = request.key
         return NewTask(
             kind=request.kind,
@@ -344,6 +453,7 @@ class Runtime:
             metadata=dict(request.metadata or {}),
             callback_url=request.callback_url,
             batch_id=batch_id,
+            tier=request.tier,
             interactive_depth=self.settings.tenants.interactive_depth,
             # Compared only when a request key matches: a submit without one skips the hash.
             request_hash="" if key is None else request_hash(request),
@@ -382,51 +492,33 @@ class Runtime:
         async def append_events(first: int, events: list[str]) -> None:
             await self.store.append_stream(task.id, task.tenant, first, events, self.clock.now())
 
-        return Context(task, self.clock, record_ref, append_events)
+        lines = None
+        if self.kinds.get(task.kind).tiers.offered != ("sync",):
+            lines = TaskLines(self.tier_records, task, self.clock)
+        return Context(task, self.clock, record_ref, append_events, lines)
 
     def check_fits(self, resource: str | None, cost: float) -> None:
         self.admission.check_fits(resource, cost)
 
-    async def after_completion(self, task: Task, item: Completion, applied: Applied) -> None:
-        """Effects that follow a landed write: alerts for dead letters, poison fallbacks."""
-        if not applied.applied:
-            return
-        if item.to is Status.DEAD:
-            await self.alert(task, item)
-        if item.to is Status.FAILED and item.error is not None and item.error.cls.value == "poison":
-            spec = self.kinds.get(task.kind)
-            if spec.fallback is not None:
-                request = SubmitRequest(
-                    spec.fallback,
-                    task.input,
-                    lane=task.lane,
-                    metadata={**task.metadata, "fallback_of": task.id},
-                )
-                try:
-                    await self.submit([request], tenant=task.tenant)
-                except BudgetExceeded as exc:  # the fallback is a new submission: it may not fit
-                    log.warning("fallback of %s not submitted: %s", task.id, exc)
 
-    async def alert(self, task: Task, item: Completion) -> None:
-        dead = dataclasses.replace(task, status=Status.DEAD, error=item.error)
-        for hook in self.alert_hooks:
-            try:
-                result = hook(dead)
-                if asyncio.iscoroutine(result):
-                    await result
-            except Exception:
-                log.exception("alert hook failed for task %s", task.id)
-        url = self.settings.alert_url
-        if url:
-            body = {
-                "event": "task.dead",
-                "task_id": task.id,
-                "kind": task.kind,
-                "tenant": task.tenant,
-                "error": item.error.to_json() if item.error else None,
-            }
-            try:
-                async with httpx.AsyncClient(timeout=5.0) as client:
-                    await client.post(url, json=body)
-            except httpx.HTTPError as exc:
-                log.warning("alert POST to %s failed: %s", url, exc)
+@dataclass(frozen=True)
+class TaskLines:
+    """A task's :class:`~floodway.context.LineBook`: its line in the ledger."""
+
+    records: TierRecords
+    task: Task
+    clock: Clock
+
+    async def get(self) -> BatchLine | None:
+        return await self.records.get_line(self.task.id)
+
+    async def add(self, model: str, body: dict[str, object]) -> BatchLine:
+        task = self.task
+        now = self.clock.now()
+        return await self.records.add_line(task.id, task.kind, model, body, task.deadline_at, now)
+
+    async def requeue(self) -> None:
+        await self.records.requeue_line(self.task.id, self.clock.now())
+
+    async def set_tier(self, tier: str) -> None:
+        await self.records.set_tier(self.task.id, tier)

@@ -58,6 +58,13 @@ class FakeClock:
         self._now = target
         await settle()
 
+    async def jump(self, seconds: float) -> None:
+        """Move time forward at once: every sleeper due wakes once, late, as in a process
+        the machine paused. Hours pass in one step, where :meth:`advance` would wake a loop
+        that sleeps a second thousands of times."""
+        self._now += seconds
+        await self.advance(0)
+
 
 async def settle(rounds: int = 20) -> None:
     """Let every ready coroutine run (thread hops to SQLite included) before going on."""

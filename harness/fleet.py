@@ -3,6 +3,8 @@ and consumes the resource ``sim`` (in-flight cap ``FLEET_CAP``, default 10; with
 ``FLEET_ADAPTIVE=1`` no limit at all, ``adaptive`` only: the fleet learns them). The kind
 trusts the provider to honour Idempotency-Key and looks work up after a crash, unless
 ``FLEET_IDEMPOTENT=0`` / ``FLEET_LOOKUP=0``; ``FLEET_TIMEOUT`` is its call timeout (seconds).
+``FLEET_CLOCK_SKEW`` (seconds) sets the process's host clock off by that much, as a host
+whose clock is wrong would be.
 
     FLOODWAY_DATABASE=postgresql://... FLOODWAY_REDIS=redis://... SIM_URL=http://... \\
         floodway worker --app harness.fleet:fw --concurrency 10
@@ -33,7 +35,7 @@ from psycopg import sql as pgsql
 from redis.exceptions import RedisError
 
 from floodway import Context, Floodway
-from floodway.clock import SystemClock
+from floodway.clock import LedgerClock, SystemClock
 from floodway.config import ResourceConfig, load_settings
 from floodway.limits.admission import AdmissionTuning, LimitsAdmission
 from floodway.limits.factory import build_backend
@@ -42,6 +44,16 @@ from harness.processes import answers_healthz, spawn_floodway, until
 
 RESOURCE = "sim"
 KIND = "img"
+
+
+class SkewedClock(SystemClock):
+    """A host clock ``skew`` seconds off the true time."""
+
+    def __init__(self, skew: float) -> None:
+        self.skew = skew
+
+    def now(self) -> float:
+        return super().now() + self.skew
 
 
 def build(
@@ -70,15 +82,16 @@ def build(
     given = settings.resources.get(RESOURCE)
     resource = resource.model_copy(update={"price": given.price if given else None})
     settings = settings.model_copy(update={"resources": {RESOURCE: resource}})
+    # floodway's default clock, on a host clock that may be skewed
+    clock = LedgerClock(SkewedClock(float(env("FLEET_CLOCK_SKEW", "0"))))
     if tuning is not None:
-        clock = SystemClock()
         backend = build_backend(settings, clock)
         admission = LimitsAdmission(
             settings.resources, {KIND: RESOURCE}, settings.tenants, backend, clock, tuning
         )
         fw = Floodway(settings=settings, clock=clock, admission=admission)
     else:
-        fw = Floodway(settings=settings)
+        fw = Floodway(settings=settings, clock=clock)
     base = sim_url or os.environ.get("SIM_URL", "http://127.0.0.1:9000")
     # Made now, at start-up, as an application would: building a client loads the CA bundle,
     # which would otherwise delay the first call by up to a quarter of a second.

@@ -6,7 +6,9 @@ Every answered call is billed (its usage and Idempotency-Key recorded in
 5xx bills nothing, as at OpenAI. ``storm(n)`` answers the next ``n`` calls 429 with
 ``retry-after-ms``, the way OpenAI throttles; ``latency_s`` delays every answer. A chat whose
 last message starts with "refuse" is refused (400 ``content_policy_violation``), and a body
-OpenAI could not read is a 400 ``invalid_request_error`` naming the field.
+OpenAI could not read is a 400 ``invalid_request_error`` naming the field. With ``longest``
+set, the model writes all it may: each of a chat's ``n`` answers is as long as the request's
+output bound, else ``longest`` tokens, and bills so (a budget's worst case).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class Bill:
 class FakeOpenAI:
     latency_s: float = 0.0
     retry_after_ms: int = 50
+    #: set: the output tokens of an answer whose request bounds none (answers are that long)
+    longest: int | None = None
     billed: list[Bill] = field(default_factory=list)
     throttled: int = 0
     #: the Authorization header of every request (the server's provider key, never a tenant's)
@@ -97,7 +101,7 @@ class FakeOpenAI:
                 "code": "content_policy_violation",
             }
             return JSONResponse({"error": error}, status_code=400)
-        prompt, completion = len(text) // 4 + 1, 3
+        prompt, completion = len(text) // 4 + 1, self._completion(body)
         self.billed.append(Bill("chat", body["model"], prompt + completion, key=_key(request)))
         return JSONResponse(
             {
@@ -120,6 +124,13 @@ class FakeOpenAI:
                 },
             }
         )
+
+    def _completion(self, body: dict[str, Any]) -> int:
+        """The output tokens billed: 3, or with ``longest`` all ``n`` answers at their bound."""
+        if self.longest is None:
+            return 3
+        bound = body.get("max_completion_tokens", body.get("max_tokens", self.longest))
+        return int(body.get("n", 1)) * int(bound)
 
     async def _embeddings(self, request: Request) -> JSONResponse:
         try:

@@ -18,7 +18,7 @@ from floodway.api.guard import GuardMiddleware
 from floodway.api.history import SAMPLE_INTERVAL_S, History
 from floodway.api.openapi import install_openapi
 from floodway.api.problems import install_problem_handlers
-from floodway.api.routes import batches, events, ops, spend, tasks, webhooks
+from floodway.api.routes import batches, events, jobs, ops, spend, tasks, webhooks
 from floodway.api.routes import openai as openai_routes
 from floodway.api.routes.openai.headers import OpenAIHeaders
 from floodway.api.state import ApiState
@@ -67,7 +67,7 @@ def create_app(
                 if run_workers:
                     await stack.enter_async_context(fw.worker(concurrency))
                 state.history = await stack.enter_async_context(
-                    History(lambda: ops.stats_snapshot(state), fw.clock, interval_s=stats_sample_s)
+                    History(lambda: ops.stats_views(state), fw.clock, interval_s=stats_sample_s)
                 )
                 api = fw.settings.api
                 if api.metrics_port is not None:
@@ -91,7 +91,7 @@ def create_app(
     )
     app.state.api = state
     install_problem_handlers(app)
-    for module in (tasks, events, batches, webhooks, spend, openai_routes, ops):
+    for module in (tasks, events, batches, jobs, webhooks, spend, openai_routes, ops):
         app.include_router(module.router)
     if ops.DASHBOARD.parent.is_dir():  # the dashboard's own scripts and styles, if it has any
         app.mount("/static", StaticFiles(directory=ops.DASHBOARD.parent), name="static")

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -29,15 +27,6 @@ class Caller:
 
     tenant: str
     operator: bool = False
-
-
-def tenant_for_key(keys: Mapping[str, str], presented: str) -> str | None:
-    """The tenant of ``presented``; compares against every key so timing tells nothing."""
-    found = None
-    for key, tenant in keys.items():
-        if hmac.compare_digest(key.encode(), presented.encode()):
-            found = tenant
-    return found
 
 
 def is_open(settings: Settings) -> bool:
@@ -70,17 +59,16 @@ def identify(
     if is_open(settings):  # bound to loopback: whoever reaches it runs this host
         return Caller(OPEN_TENANT, operator=True)
     presented = bearer.credentials if bearer is not None else api_key
-    operator = tenant_for_key(settings.api.admin_keys, presented) if presented else None
-    tenant = operator or (tenant_for_key(settings.api.keys, presented) if presented else None)
-    if tenant is None:
+    owner = state.keys.owner(presented) if presented else None
+    if owner is None:
         raise ApiProblem(
             401,
             "unauthorized",
             "missing API key" if not presented else "unknown API key",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    request.state.tenant = tenant
-    return Caller(tenant, operator=operator is not None)
+    request.state.tenant = owner.tenant
+    return Caller(owner.tenant, operator=owner.operator)
 
 
 async def caller_tenant(who: Annotated[Caller, Depends(caller)]) -> str:

@@ -53,7 +53,13 @@ async def probe(target: str, look: Callable[[], Awaitable[object]]) -> CheckOut:
 
 async def check_dependencies(state: ApiState) -> dict[str, CheckOut]:
     fw = state.fw
-    looks = {"ledger": probe(redact(fw.settings.database), lambda: fw.store.get(_PROBE_ID))}
+
+    async def ledger() -> None:
+        await fw.store.get(_PROBE_ID)
+        # A full disk or a read-only database still reads: ready only while writes land.
+        await fw.store.probe_write(fw.clock.now())
+
+    looks = {"ledger": probe(redact(fw.settings.database), ledger)}
     limiter = state.limiter
     if fw.settings.redis and limiter is not None:
         looks["limiter"] = probe(redact(fw.settings.redis), limiter.now)

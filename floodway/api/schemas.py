@@ -60,6 +60,11 @@ class SubmitIn(_In):
         description="an absolute http(s) URL, POSTed (signed) when the task ends",
     )
     metadata: dict[str, Any] | None = None
+    tier: Literal["sync", "flex", "batch"] | None = Field(
+        None,
+        description="the provider tier to send it on; unset: the cheapest that meets "
+        "its deadline among the kind's tiers",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -83,6 +88,7 @@ class SubmitIn(_In):
             deadline_s=self.deadline_s,
             metadata=self.metadata,
             callback_url=self.callback_url,
+            tier=self.tier,
         )
 
 
@@ -112,6 +118,14 @@ class BatchStatus(BaseModel):
     done: bool
 
 
+class BatchSummary(BatchStatus):
+    created_at: datetime | None = Field(description="when its first task was submitted")
+
+
+class BatchList(BaseModel):
+    items: list[BatchSummary] = Field(description="newest first")
+
+
 class TimingOut(BaseModel):
     count: int
     mean_s: float | None
@@ -123,6 +137,12 @@ class SpendTotalOut(BaseModel):
     cost: float = 0.0
     saved: float = 0.0
     by_kind: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+
+class CapOut(BaseModel):
+    limit: float
+    use: float | None = Field(None, description="the tenant's use, where the ledger knows it")
+    unit: str
 
 
 class StatsOut(BaseModel):
@@ -145,10 +165,20 @@ class StatsOut(BaseModel):
         default_factory=dict,
         description="per resource: `limits` (each dimension's limit in force: value, source "
         "configured | header | learned, and the configured, published and learned figures; "
-        "rates per minute), `in_flight`, `sending_per_min`, `paused_for`, 429s split into "
-        "`throttles_limit` and `throttles_noise`, `pauses`, and `held_back_by`: what held "
-        "candidates back in the last admission pass (concurrency, requests, tokens, pause, "
-        "tenant cap)",
+        "rates per minute), `concurrency` (the in-flight limit in force, 0 = none), "
+        "`in_flight`, `paused_for`, and `held_back_by`: what held candidates back in the last "
+        "admission pass (concurrency, requests, tokens, pause, tenant cap, recovering). An "
+        "operator's view: every resource, `in_flight` and `held_back_by` over every tenant "
+        "(`held_back_by_tenant` split by tenant), `sending_per_min`, 429s split into "
+        "`throttles_limit` and `throttles_noise`, `pauses`, the buckets. A tenant's view: "
+        "the resources its kinds use (`kinds`), `in_flight` and `held_back_by` of its own "
+        "tasks only, nothing summed over other tenants'",
+    )
+    caps: dict[str, CapOut] = Field(
+        default_factory=dict,
+        description="a tenant's view: its caps that are set (`concurrency`: its tasks in "
+        "flight; `interactive_depth`; `submit_rate`, per second), each with `limit` and, "
+        "where known, its `use`; the budget is at /v1/spend",
     )
     upstream: dict[str, float] = Field(
         default_factory=dict,
@@ -160,6 +190,35 @@ class StatsOut(BaseModel):
         description="what billed calls cost and dedupe saved (all the ledger keeps), per kind: "
         "the caller's tenant's, every tenant's for an operator; details at /v1/spend",
     )
+
+
+class WorkerTaskOut(BaseModel):
+    id: str
+    kind: str
+    tenant: str
+    attempt: int
+    since: datetime | None = Field(description="when this attempt was claimed")
+
+
+class WorkerOut(BaseModel):
+    id: str = Field(description="the lease owner its tasks carry")
+    host: str
+    pid: int
+    concurrency: int = Field(description="handlers it runs at once")
+    kinds: list[str]
+    started_at: datetime
+    heartbeat_at: datetime = Field(description="when it last said it lives")
+    heartbeat_age_s: float
+    silent: bool = Field(
+        description="no heartbeat for three beats: the worker has likely died (its row goes "
+        "after a day)"
+    )
+    tasks: list[WorkerTaskOut] = Field(description="the tasks whose lease it holds")
+
+
+class WorkersOut(BaseModel):
+    now: datetime
+    workers: list[WorkerOut] = Field(description="those heard from lately, by host and pid")
 
 
 class StatsSample(BaseModel):
@@ -197,6 +256,13 @@ class SpendLineOut(BaseModel):
     images: float
     calls: int = Field(description="billed calls")
     deduped: int = Field(description="tasks that took another task's result instead of a call")
+    over_estimate: float = Field(
+        description="what calls billed above the estimate their tasks were admitted at "
+        "(a budget admits by the estimate)"
+    )
+    tier_saved: float = Field(
+        0.0, description="what calls on the batch and flex tiers saved against the sync price"
+    )
 
 
 class SpendPointOut(BaseModel):
@@ -222,6 +288,9 @@ class SpendOut(BaseModel):
     since: datetime | None = Field(description="the start of the view (null: everything kept)")
     cost: float = Field(description="the total over the lines")
     saved: float = Field(description="the total dedupe saved over the lines")
+    tier_saved: float = Field(
+        0.0, description="the total the batch and flex tiers saved over the lines, against sync"
+    )
     lines: list[SpendLineOut] = Field(description="per tenant and kind")
     bucket_s: float
     series: list[SpendPointOut] = Field(description="per bucket of time, tenant and kind")

@@ -4,11 +4,13 @@ never share a bucket, a registry or an outbox)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import cast
 
 from fastapi import Request
 
 from floodway.api.history import History
+from floodway.api.keys import KeyTable
 from floodway.api.metrics import ApiMetrics
 from floodway.api.schemas import StatsOut
 from floodway.api.stats import Recent
@@ -29,8 +31,9 @@ class ApiState:
     #: the limiter backend this process's API uses (the submit rate's, and the one health
     #: probes when ``redis`` is set); set by the lifespan
     limiter: LimiterBackend | None = None
-    #: recent ``/v1/stats`` answers (set by the lifespan)
-    history: History[StatsOut] | None = None
+    #: recent ``/v1/stats`` answers, the operator's (None) and each key's tenant's (set by
+    #: the lifespan)
+    history: History[dict[str | None, StatsOut]] | None = None
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     recent: Recent = field(default_factory=Recent)
     #: slow re-check of an event stream, for changes written by other processes
@@ -44,6 +47,11 @@ class ApiState:
     @property
     def settings(self) -> Settings:
         return self.fw.settings
+
+    @cached_property
+    def keys(self) -> KeyTable:
+        """The configured API keys, read once: an app's settings do not change under it."""
+        return KeyTable(self.settings.api.keys, self.settings.api.admin_keys)
 
     @property
     def gate(self) -> Gate:

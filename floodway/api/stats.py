@@ -1,16 +1,20 @@
-"""Timings over the newest tasks, for ``GET /v1/stats`` and the histograms of ``/metrics``."""
+"""Timings over the newest tasks, for ``GET /v1/stats`` and the histograms of ``/metrics``;
+what a tenant's view of the limits holds."""
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from floodway.api.schemas import CapOut
 from floodway.app import Floodway
+from floodway.config import Settings, parse_rate
 from floodway.core.states import Status
 from floodway.core.task import Task
-from floodway.store.base import TaskQuery
+from floodway.store.base import StoreStats, TaskQuery
 
 
 @dataclass(frozen=True)
@@ -85,3 +89,53 @@ class Observed:
         while len(self._seen) > self.size:
             self._seen.popitem(last=False)
         return fresh
+
+
+#: what a tenant is shown of a shared resource's snapshot: its limits and state, never a
+#: figure summed over other tenants' tasks (in flight, sent, 429s, bucket levels)
+SHARED_FIELDS = ("concurrency", "limits", "paused_for", "next_admission_in")
+
+
+def tenant_resources(
+    fw: Floodway,
+    tenant: str,
+    counts: StoreStats,
+    snapshots: Mapping[str, Mapping[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """The resources the tenant's kinds use, as the tenant may see them: each one's limits in
+    force, and the tenant's own use of them (its tasks in flight, and what held its own
+    candidates back in the last admission pass)."""
+    kinds_of: dict[str, list[str]] = {}
+    for kind in sorted(counts.by_kind_status):
+        if kind in fw.runtime.kinds:
+            resource = fw.runtime.kinds.get(kind).resource
+            if resource is not None and resource in snapshots:
+                kinds_of.setdefault(resource, []).append(kind)
+    view: dict[str, dict[str, Any]] = {}
+    for name, kinds in kinds_of.items():
+        snap = snapshots[name]
+        view[name] = {
+            **{key: snap.get(key) for key in SHARED_FIELDS},
+            "kinds": kinds,
+            "in_flight": sum(counts.by_kind_status[k].get("running", 0) for k in kinds),
+            "held_back_by": dict((snap.get("held_back_by_tenant") or {}).get(tenant, {})),
+        }
+    return view
+
+
+def tenant_caps(settings: Settings, counts: StoreStats) -> dict[str, CapOut]:
+    """The caps every tenant has that are set (the budget is /v1/spend's): ``limit`` and,
+    where the ledger knows it, the tenant's ``use``."""
+    config = settings.tenants
+    caps: dict[str, CapOut] = {}
+    if config.concurrency:
+        running = counts.by_status.get(Status.RUNNING.value, 0)
+        caps["concurrency"] = CapOut(limit=config.concurrency, use=running, unit="in flight")
+    if config.interactive_depth:
+        caps["interactive_depth"] = CapOut(
+            limit=config.interactive_depth, unit="interactive tasks queued or running"
+        )
+    if config.submit_rate:
+        count, per_s = parse_rate(config.submit_rate)
+        caps["submit_rate"] = CapOut(limit=count / per_s, unit="submits per second")
+    return caps

@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from floodway.app import Floodway
 from floodway.cli.batch import register as register_batch
+from floodway.cli.jobs import app as jobs_app
 from floodway.cli.remote import exit_with_error
 from floodway.cli.remote import register as register_remote
 from floodway.clock import SystemClock
@@ -242,6 +243,10 @@ def simulate(
     chunk_ms: Annotated[
         float, typer.Option("--chunk-ms", help="--openai: gap between streamed events")
     ] = 0.0,
+    batch_hold_ms: Annotated[
+        float,
+        typer.Option("--batch-hold-ms", help="--openai: how long a Batch API batch takes"),
+    ] = 0.0,
 ) -> None:
     """Run a fake AI provider over HTTP (limits, faults, async jobs, a charge ledger)."""
     from pydantic import ValidationError
@@ -264,6 +269,7 @@ def simulate(
             webhook_drop_rate=webhook_drop_rate,
             seed=seed,
             chunk_ms=chunk_ms,
+            batch_hold_s=batch_hold_ms / 1000,
         )
     except ValidationError as exc:
         fail(f"simulator options: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")
@@ -284,12 +290,22 @@ def demo(
     ] = False,
     images: Annotated[int, typer.Option(min=1, help="how many images")] = 200,
     latency_ms: Annotated[float | None, typer.Option("--latency-ms", min=1)] = None,
+    job: Annotated[
+        bool,
+        typer.Option(
+            "--job", help="the editor's chain as one multi-step job, with a SIGKILL in the middle"
+        ),
+    ] = False,
 ) -> None:
     """The 200-image batch against a simulated image API (offline, no setup)."""
     from floodway.cli.demo import DemoOptions, run_demo
 
-    latency = latency_ms or (20_000.0 if realistic else 1_500.0)
     out = Console()
+    if job:
+        from floodway.cli.job_demo import run_job_demo
+
+        raise typer.Exit(run(run_job_demo(out, latency_ms or 300.0)))
+    latency = latency_ms or (20_000.0 if realistic else 1_500.0)
     code = run(run_demo(DemoOptions(images=images, latency_ms=latency), out))
     raise typer.Exit(code)
 
@@ -353,6 +369,7 @@ def serve_http(
 
 register_remote(app)
 register_batch(app)
+app.add_typer(jobs_app, name="job")
 
 
 def main() -> None:

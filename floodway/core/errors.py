@@ -10,8 +10,10 @@
     ├── IllegalTransition        a status change that the states table forbids
     │   └── AttemptStillOpen     a retry while the task's last call may still be running
     ├── TaskNotFound             no such task (or not the caller's tenant)
+    ├── JobNotFound              no such job (or not the caller's tenant)
     ├── UnknownKind              a kind nobody declared
     ├── InvalidInput             input that is not a JSON object, too deep, ...
+    │   └── InvalidJob           a job definition floodway cannot run (has ``step``)
     ├── IdempotencyConflict      an Idempotency-Key reused with a different body
     ├── AdmissionRefused         a tenant limit says "too fast" (has ``limit``, ``retry_after``)
     ├── BudgetExceeded           the submission would pass the tenant's budget this period
@@ -83,6 +85,12 @@ class TaskNotFound(FloodwayError):
         super().__init__(f"no task {task_id!r}")
 
 
+class JobNotFound(FloodwayError):
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"no job {job_id!r}")
+
+
 class UnknownKind(FloodwayError):
     def __init__(self, kind: str, known: list[str] | None = None) -> None:
         self.kind = kind
@@ -92,6 +100,15 @@ class UnknownKind(FloodwayError):
 
 class InvalidInput(FloodwayError):
     pass
+
+
+class InvalidJob(InvalidInput):
+    """A job definition floodway cannot run; ``step`` names the step at fault (None: the
+    job as a whole)."""
+
+    def __init__(self, step: str | None, message: str) -> None:
+        self.step, self.reason = step, message
+        super().__init__(f"step {step!r}: {message}" if step is not None else message)
 
 
 class IdempotencyConflict(FloodwayError):

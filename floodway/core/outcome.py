@@ -7,10 +7,14 @@ maps it to a :class:`Completion`, and the completer writes it as a compare-and-s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from floodway.core.spend import Charge
 from floodway.core.states import Status
-from floodway.core.task import JSON, ErrorInfo, Task
+from floodway.core.task import JSON, ErrorClass, ErrorInfo
+
+#: an effect of a completion, delivered from the outbox (migration 011)
+Effect = Literal["fallback", "alert"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,9 @@ class Parked:
 
     ref: str
     poll_at: float
+    #: the provider slot stays taken while it waits (False: a line of a provider batch,
+    #: counted by the batch queue's limits, not by the calls in flight)
+    holds_slot: bool = True
 
 
 Outcome = Succeeded | Failed | Cancelled | Parked
@@ -89,33 +96,14 @@ class Completion:
     def closes_attempt(self) -> bool:
         return not self.keep_attempt and self.orphan_until is None
 
-
-def from_running(
-    task: Task,
-    to: Status,
-    *,
-    result: JSON = None,
-    error: ErrorInfo | None = None,
-    next_attempt_at: float | None = None,
-    refund_attempt: bool = False,
-    invalid_output: bool = False,
-    cost_actual: float | None = None,
-    orphan_until: float | None = None,
-) -> Completion:
-    """The compare-and-set that moves a running ``task``, held by its lease, to ``to``."""
-    return Completion(
-        task.id,
-        to,
-        Status.RUNNING,
-        task.lease_token,
-        result=result,
-        error=error,
-        next_attempt_at=next_attempt_at,
-        refund_attempt=refund_attempt,
-        invalid_output=invalid_output,
-        cost_actual=cost_actual,
-        orphan_until=orphan_until,
-    )
+    @property
+    def effects(self) -> tuple[Effect, ...]:
+        """What follows once this write lands, written to the outbox in its transaction: a
+        dead task's alert, a poison task's fallback (its kind's, if it has one)."""
+        if self.to is Status.DEAD:
+            return ("alert",)
+        poison = self.error is not None and self.error.cls is ErrorClass.POISON
+        return ("fallback",) if self.to is Status.FAILED and poison else ()
 
 
 @dataclass(frozen=True)

@@ -11,21 +11,13 @@ from __future__ import annotations
 import asyncio
 import random
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 
+from floodway.core import changes
 from floodway.core.backoff import Backoff
 from floodway.core.errors import FatalError, HandlerError, InvalidOutput, RetryableError
-from floodway.core.outcome import (
-    Cancelled,
-    Completion,
-    Failed,
-    Outcome,
-    Succeeded,
-    from_running,
-)
-from floodway.core.states import Status
+from floodway.core.outcome import Cancelled, Completion, Failed, Outcome, Succeeded
 from floodway.core.task import ErrorClass, ErrorInfo, Task
 
 
@@ -71,15 +63,10 @@ class RetryPolicy:
     ) -> Completion:
         """What to write for a running ``task`` (claimed, so ``task.attempts`` counts this
         attempt) given what the attempt produced."""
-
-        def write(to: Status, **kw: Any) -> Completion:
-            return from_running(task, to, **kw)
-
         if isinstance(outcome, Succeeded):
-            return write(Status.SUCCEEDED, result=outcome.result, cost_actual=outcome.usage)
+            return changes.succeeded(task, outcome.result, cost_actual=outcome.usage)
         if isinstance(outcome, Cancelled):
-            error = ErrorInfo(ErrorClass.CANCELLED, "cancelled", outcome.reason)
-            return write(Status.CANCELLED, error=error)
+            return changes.cancelled(task, outcome.reason)
         if not isinstance(outcome, Failed):
             raise TypeError(f"decide() cannot write {outcome!r}")
         error, cost = outcome.error, outcome.usage
@@ -90,7 +77,7 @@ class RetryPolicy:
                     error.type,
                     f"invalid output on {task.invalid_outputs + 1} attempts: {error.message}",
                 )
-                return write(Status.FAILED, error=poison, invalid_output=True, cost_actual=cost)
+                return changes.failed(task, poison, invalid_output=True, cost_actual=cost)
             retry = ErrorInfo(ErrorClass.RETRYABLE, error.type, error.message)
             return self._retry(task, retry, None, False, now, rng, invalid=True, cost=cost)
         if error.cls is ErrorClass.RETRYABLE:
@@ -104,8 +91,8 @@ class RetryPolicy:
                 cost=cost,
             )
         if error.cls is ErrorClass.TIMEOUT:
-            return write(Status.TIMEOUT, error=error, cost_actual=cost)
-        return write(Status.FAILED, error=error, cost_actual=cost)
+            return changes.timed_out(task, error, cost_actual=cost)
+        return changes.failed(task, error, cost_actual=cost)
 
     def _retry(
         self,
@@ -127,13 +114,7 @@ class RetryPolicy:
                 error.type,
                 f"gave up after {task.attempts} attempts: {error.message}",
             )
-            return from_running(
-                task,
-                Status.DEAD,
-                error=dead,
-                invalid_output=invalid,
-                cost_actual=cost,
-            )
+            return changes.dead(task, dead, invalid_output=invalid, cost_actual=cost)
         if retry_after is not None:
             delay = max(0.0, retry_after)
         elif free:
@@ -148,20 +129,9 @@ class RetryPolicy:
                 f"the next attempt ({delay:.1f}s away) would start after the deadline; "
                 f"last error: {error.message}",
             )
-            return from_running(
-                task,
-                Status.TIMEOUT,
-                error=late,
-                cost_actual=cost,
-            )
-        return from_running(
-            task,
-            Status.RETRYING,
-            error=error,
-            next_attempt_at=at,
-            refund_attempt=free,
-            invalid_output=invalid,
-            cost_actual=cost,
+            return changes.timed_out(task, late, cost_actual=cost)
+        return changes.retrying(
+            task, error, at, free=free, invalid_output=invalid, cost_actual=cost
         )
 
 

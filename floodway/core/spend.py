@@ -18,6 +18,8 @@ class Usage:
     input_tokens: float = 0.0
     output_tokens: float = 0.0
     images: float = 0.0
+    #: the provider tier it was billed on (core/tiers.py): the batch and flex tiers cost less
+    tier: str = "sync"
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,27 @@ class Price:
     output_per_1m: float = 0.0
     per_request: float = 0.0
     per_image: float = 0.0
+    #: what the batch and flex tiers cost: a share of this price, or their own token prices
+    batch_discount: float = 0.5
+    batch_input_per_1m: float | None = None
+    batch_output_per_1m: float | None = None
+
+    def on(self, tier: str) -> Price:
+        """This price list as a call on ``tier`` is billed (batch and flex: the batch price)."""
+        if tier == "sync":
+            return self
+        share = self.batch_discount
+        return Price(
+            self.input_per_1m * share
+            if self.batch_input_per_1m is None
+            else self.batch_input_per_1m,
+            self.output_per_1m * share
+            if self.batch_output_per_1m is None
+            else self.batch_output_per_1m,
+            self.per_request * share,
+            self.per_image * share,
+            batch_discount=1.0,
+        )
 
     def cost(self, usage: Usage) -> float:
         """The cost of one billed call."""
@@ -59,6 +82,9 @@ class Charge:
 
     usage: Usage
     cost: float
+    #: the tier the call was sent on, and what it saved against the sync price
+    tier: str = "sync"
+    tier_saved: float = 0.0
     possibly: bool = False
 
 

@@ -24,6 +24,10 @@ class Lane(StrEnum):
     def rank(self) -> int:
         return 0 if self is Lane.INTERACTIVE else 1
 
+    @classmethod
+    def of_rank(cls, rank: int) -> Lane:
+        return Lane.INTERACTIVE if rank == 0 else Lane.BACKGROUND
+
 
 class ErrorClass(StrEnum):
     RETRYABLE = "retryable"
@@ -72,6 +76,8 @@ class Task:
     cost_actual: float | None = None
     #: held against the tenant's budget until the task ends (its estimate, priced)
     spend_hold: float = 0.0
+    #: what its calls billed above ``spend_hold`` (each call against the hold), summed
+    over_estimate: float = 0.0
     created_at: float = 0.0
     updated_at: float = 0.0
     started_at: float | None = None
@@ -81,6 +87,9 @@ class Task:
     metadata: dict[str, JSON] = field(default_factory=dict)
     callback_url: str | None = None
     batch_id: str | None = None
+    #: the provider tier its call goes on: pinned at submit, else the one chosen when it ran
+    #: (None: not chosen yet; see core/tiers.py)
+    tier: str | None = None
     lease_owner: str | None = None
     lease_token: str | None = None
     lease_expires_at: float | None = None
@@ -120,6 +129,8 @@ class SubmitRequest:
     deadline_s: float | None = None  # None: the kind's
     metadata: dict[str, JSON] | None = None
     callback_url: str | None = None
+    #: the provider tier to send it on (None: the cheapest that meets its deadline)
+    tier: str | None = None
     #: may take the result of identical work that succeeded: None, as the kind says
     #: (KindSpec.replays); True for a client's retry of the very same request
     replay: bool | None = None
@@ -147,6 +158,7 @@ class NewTask:
     metadata: dict[str, JSON] = field(default_factory=dict)
     callback_url: str | None = None
     batch_id: str | None = None
+    tier: str | None = None
     interactive_depth: int = 0  # 0 = unlimited; checked atomically with the insert
     #: sha256 of the canonical request body, to tell a replay from a conflicting reuse of a key
     request_hash: str = ""
@@ -168,6 +180,7 @@ class Candidate:
     task_id: str
     kind: str
     tenant: str
+    #: the lane it is dispatched in: its own, or the one a waiting duplicate lent it
     lane: Lane
     cost: float
     seq: int

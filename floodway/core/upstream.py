@@ -38,7 +38,11 @@ class PollSchedule:
     The first poll comes ``first_s`` after the submit: the kind's ``poll_after`` (set it near the
     *shortest* typical job duration), or ``callback_grace`` when the provider calls back and
     polling is only the fallback for lost callbacks. With ``poll_after`` unset, a low quantile of
-    the kind's recent job durations (``durations``) plays its part once one job has finished.
+    the kind's recent job durations (``durations``) plays its part once one job has finished;
+    until then the gaps are ``cold_ratio`` x the age, and the first job seen finished brings
+    every parked job of the kind forward to the ``ratio`` schedule (:meth:`observe` says when):
+    the first jobs of a batch to end tell when the rest may, and nothing is spent polling
+    densely before any could.
     After that, the gap before the next poll has a ceiling of ``ratio`` x the job's age (capped
     at ``max_gap_s``) and is drawn by the one backoff policy
     (:class:`~floodway.core.backoff.Backoff`, full jitter) over the top
@@ -64,6 +68,8 @@ class PollSchedule:
     #: set when ``poll_after`` is not: no poll before a job's age reaches a low quantile of the
     #: kind's recent durations (``first_s`` applies until one finished)
     durations: JobDurations | None = field(default=None, compare=False)
+    #: the ratio while ``durations`` knows no finished job yet
+    cold_ratio: float = 0.6
 
     def first_delay(self) -> float:
         """Seconds from the submit to the first poll."""
@@ -72,16 +78,23 @@ class PollSchedule:
 
     def next_delay(self, age_s: float, polls: int, rng: random.Random | None = None) -> float:
         """Seconds until the next poll of a job ``age_s`` old that was polled ``polls`` times."""
-        ceiling = min(self.max_gap_s, max(self.min_gap_s, self.ratio * max(0.0, age_s)))
+        learned = None if self.durations is None else self.durations.leave_alone_s()
+        cold = self.durations is not None and learned is None
+        ratio = self.cold_ratio if cold else self.ratio
+        ceiling = min(self.max_gap_s, max(self.min_gap_s, ratio * max(0.0, age_s)))
         spread = ceiling * self.jitter
         delay = ceiling - spread + Backoff(base_s=spread, cap_s=spread).delay(max(1, polls), rng)
-        learned = None if self.durations is None else self.durations.leave_alone_s()
         return delay if learned is None else max(delay, learned - age_s)
 
-    def observe(self, started_at: float, finished_at: float) -> None:
-        """A job of the kind submitted at ``started_at`` was seen finished at ``finished_at``."""
-        if self.durations is not None:
-            self.durations.record(started_at, finished_at)
+    def observe(self, started_at: float, finished_at: float) -> bool:
+        """A job of the kind submitted at ``started_at`` was seen finished at ``finished_at``.
+        True when it is the first the schedule learns of: the jobs parked on the cold gaps
+        are due sooner (:meth:`~floodway.store.base.Store.hasten_parked` with ``ratio``)."""
+        if self.durations is None:
+            return False
+        first = self.durations.leave_alone_s() is None
+        self.durations.record(started_at, finished_at)
+        return first and self.durations.leave_alone_s() is not None
 
 
 #: the first poll of a kind with no ``poll_after`` whose jobs have not finished yet

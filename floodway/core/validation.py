@@ -74,3 +74,16 @@ def check_callback_host(url: str, allowed: Sequence[str]) -> None:
             f"callback_url: host {host!r} is not allowed here (api.callback_hosts: "
             f"{', '.join(allowed)})"
         )
+
+
+def check_tier(value: object, offered: Sequence[str], kind: str, *, interactive: bool) -> None:
+    """A caller's pinned ``tier`` (None: floodway chooses): one the kind offers; never
+    "batch" on the interactive lane, which does not wait for a batch."""
+    if value is None:
+        return
+    if value not in offered:
+        raise InvalidInput(
+            f"tier {value!r} is not offered by kind {kind!r} (its tiers: {', '.join(offered)})"
+        )
+    if interactive and value == "batch":
+        raise InvalidInput("tier 'batch' is for the background lane: interactive tasks run now")

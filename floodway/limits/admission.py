@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from floodway.clock import Clock
 from floodway.config import ResourceConfig, TenantConfig
@@ -79,7 +79,11 @@ TENANT_SLOT = "tenant_slot"  # 1.0: one of its tenant's in-flight slots
 # REQUESTS: 1.0 debited from the requests bucket; TOKENS: the estimated cost from the tokens one
 GRANTED_AT = "granted_at"  # backend time of the grant: one AIMD decrease per round trip
 EPOCH = "epoch"  # the backend state's generation at the grant: lost slots are taken again
-IN_FLIGHT = "in_flight"  # the resource's calls in flight once this one took its slot
+#: the resource's calls in flight once this one took its slot, counted again among the calls
+#: sent when it is sent (:meth:`LimitsAdmission.sending`): what the provider saw
+IN_FLIGHT = "in_flight"
+SENT_SLOT = "sent"  # 1.0: the call is counted among its resource's calls sent
+SENT_AT = "sent_at"  # backend time the call was counted as sent
 
 #: why a candidate was held back, by the kind of key that refused it
 PAUSE, TENANT = "pause", "tenant cap"
@@ -90,6 +94,14 @@ ANY_ROUND = 1e300
 #: what held work back is shown while the pass that saw it is this recent (dispatchers pass
 #: at least once a second while work waits)
 HELD_FRESH_S = 5.0
+
+
+def _summed(by_tenant: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for counts in by_tenant.values():
+        for reason, n in counts.items():
+            total[reason] = total.get(reason, 0) + n
+    return total
 
 
 def orphan_slot(task_id: str) -> str:
@@ -118,14 +130,20 @@ class AdmissionTuning:
     floor: float = 0.05  # a lowered configured or published rate stays above this share of it
     min_rate_per_s: float = 1 / 60  # a learned rate never drops below one request a minute
     deepest_cut: float = 0.5  # one limit 429 never lowers an estimate below this share of it
-    #: additive increase of a lowered rate while it holds work back and no 429 comes: this
-    #: share of the rate it was cut to, per window
-    recovery_step: float = 0.03
-    recovery_window_s: float = 1.0  # at most one increase per window
-    #: a configured or published rate lowered by a limit 429 recovers faster (it is known good)
+    #: an in-flight cap refused at a load its last cut allowed (the provider's cap came down)
+    #: is cut to this share of the calls out
+    in_flight_decrease: float = 0.7
+    #: the first probe step of a lowered rate while it holds work back and no 429 comes: this
+    #: share of the rate it was cut to; each later step of the probe doubles
+    recovery_step: float = 0.1
+    #: at most one probe step per window (rates and the in-flight cap alike)
+    recovery_window_s: float = 1.0
+    #: a configured or published rate lowered by a limit 429 starts at this share of it
     known_recovery_step: float = 0.1
+    #: no probe for this long after a cut: a cut not deep enough shows its 429 first, and a
+    #: limit that holds sees a probe only every few seconds
+    probe_quiet_s: float = 5.0
     initial_concurrency: int = 4  # slow start: calls at once to a resource of unknown cap
-    concurrency_probe_s: float = 5.0  # after a cut, one more slot per this long while full
     meter_tau_s: float = 1.0  # the sending-rate meter reads the last second or so
     least_sample: float = 2.0  # a rate is learned from this many accepted requests at least
     bound_within_s: float = 2.0  # a limit "holds work back" if it refused one this recently
@@ -251,9 +269,12 @@ class LimitsAdmission:
         self._published: dict[str, dict[str, float]] = {name: {} for name in self._plans}
         #: resource -> dimension -> when it last refused a candidate in this process
         self._bound: dict[str, dict[str, float]] = {name: {} for name in self._plans}
-        self._held: dict[str, dict[str, int]] = {name: {} for name in self._plans}
+        #: resource -> tenant -> reason -> how many its last pass held back
+        self._held: dict[str, dict[str, dict[str, int]]] = {name: {} for name in self._plans}
         self._held_at: dict[str, float] = {}  # resource -> when its last pass held some back
         self._probed: dict[str, dict[str, float]] = {}  # resource -> dimension -> last grow
+        #: resource -> whether the last in-flight refusal here came at or below the last cut
+        self._below: dict[str, bool] = {}
         self._retry_at: float | None = None
 
     @property
@@ -279,7 +300,7 @@ class LimitsAdmission:
         if not unique or limit == 0:
             return []
         names = await self._refresh(unique)
-        held: dict[str, dict[str, int]] = {name: {} for name in names}
+        held: dict[str, dict[str, dict[str, int]]] = {name: {} for name in names}
         scan = _Pass()
         permits: list[Permit] = []
         for lane in (Lane.INTERACTIVE, Lane.BACKGROUND):
@@ -294,7 +315,7 @@ class LimitsAdmission:
                 attempt = self._attempt(c)
                 blocker = scan.blocked(attempt.request)
                 if blocker is not None:
-                    self._note_held(attempt.plan, held, (blocker,), now)
+                    self._note_held(attempt.plan, c.tenant, held, (blocker,), now)
                     continue
                 try:
                     result = await self._backend.acquire(attempt.request)
@@ -311,7 +332,7 @@ class LimitsAdmission:
                     rounds.admitted()
                     self._rotation.served(c.tenant)
                     continue
-                self._note_held(attempt.plan, held, result.refused, now)
+                self._note_held(attempt.plan, c.tenant, held, result.refused, now)
                 aged = order.aged(c, now, self._tuning.aging_s)
                 scan.refused(attempt.request, result, reserve=aged)
                 if lane is Lane.INTERACTIVE:
@@ -321,6 +342,24 @@ class LimitsAdmission:
         if scan.wait is not None:
             self._retry_at = now + scan.wait
         return permits
+
+    async def sending(self, permit: Permit) -> Permit:
+        """Count the resource's calls in flight as this one goes out (adaptive resources): a
+        call admitted early may be sent late, when many more are in flight, and a 429 to it
+        is about those, not about the few there were at its admission. Best effort: without
+        the backend, the count at admission stands."""
+        plan = self._plan(permit.resource)
+        if plan is None or not plan.adaptive or not permit.holds.get(SLOT):
+            return permit
+        claim = SlotClaim(plan.sent_key, UNCAPPED, permit.task_id, self._tuning.slot_ttl_s)
+        try:
+            result = await self._backend.acquire(AcquireRequest(slots=(claim,)))
+        except LimiterUnavailable:
+            return permit
+        if not result.granted or not result.in_use:
+            return permit
+        counted = {IN_FLIGHT: float(result.in_use[0]), SENT_SLOT: 1.0, SENT_AT: result.at}
+        return replace(permit, holds={**permit.holds, **counted})
 
     async def settle(self, permit: Permit, settlement: Settlement, now: float) -> None:
         """Best effort: if the backend is unreachable this logs and returns. Nothing is lost
@@ -363,6 +402,8 @@ class LimitsAdmission:
         for plan in plans:  # full, with work waiting: the in-flight limit holds work back
             assert plan is not None
             self._bound[plan.name][CONCURRENCY] = now
+            if self._held[plan.name]:  # what the last pass held back still is
+                self._held_at[plan.name] = now
         return True
 
     # -- for the engine -----------------------------------------------------------------------
@@ -451,6 +492,8 @@ class LimitsAdmission:
             configured_rate = plan.configured(REQUESTS)
             counters = self._counters[name]
             sent = limits.estimates.get(SENT)
+            fresh = self._held_at.get(name, -math.inf) >= now - HELD_FRESH_S
+            held = {t: dict(n) for t, n in self._held[name].items()} if fresh else {}
             out[name] = ResourceSnapshot(
                 concurrency=int(cap.value) if cap else 0,
                 in_flight=in_flight,
@@ -468,9 +511,8 @@ class LimitsAdmission:
                 throttles_noise=counters.noise,
                 pauses=counters.pauses,
                 sending_per_min=None if sent is None else sent / self._tuning.meter_tau_s * 60,
-                held_back_by=dict(self._held[name])
-                if self._held_at.get(name, -math.inf) >= now - HELD_FRESH_S
-                else {},
+                held_back_by=_summed(held),
+                held_back_by_tenant=held,
             )
         return out
 
@@ -568,6 +610,8 @@ class LimitsAdmission:
         keys = []
         if plan is not None and permit.holds.get(SLOT):
             keys.append(plan.slot_key)
+        if plan is not None and permit.holds.get(SENT_SLOT):
+            keys.append(plan.sent_key)
         if permit.holds.get(TENANT_SLOT):
             keys.append(tenant_slot_key(permit.tenant))
         return keys
@@ -575,7 +619,8 @@ class LimitsAdmission:
     def _note_held(
         self,
         plan: ResourcePlan | None,
-        held: dict[str, dict[str, int]],
+        tenant: str,
+        held: dict[str, dict[str, dict[str, int]]],
         refused: Sequence[str],
         now: float,
     ) -> None:
@@ -590,7 +635,7 @@ class LimitsAdmission:
             f"r:{plan.name}:{TOKENS}": TOKENS,
             RECOVERING: RECOVERING,
         }
-        counts = held.setdefault(plan.name, {})
+        counts = held.setdefault(plan.name, {}).setdefault(tenant, {})
         for key in refused:
             reason = reasons.get(key, TENANT if key.startswith("t:") else key)
             counts[reason] = counts.get(reason, 0) + 1
@@ -692,7 +737,7 @@ class LimitsAdmission:
             if dimension == CONCURRENCY:
                 in_flight = permit.holds.get(IN_FLIGHT)
                 if in_flight is not None:
-                    to = in_flight - 1  # the provider refused the one that made it in_flight
+                    to = self._in_flight_cut(limits.estimates, permit, in_flight)
                 elif limit is not None:
                     to = limit.value * t.decrease
                 else:
@@ -715,6 +760,33 @@ class LimitsAdmission:
                 floor = max(floor, t.floor * ceiling)
             await self._backend.cut(key, dimension, to, floor=floor, granted_at=granted_at)
 
+    def _in_flight_cut(
+        self, estimates: Mapping[str, float], permit: Permit, in_flight: float
+    ) -> float:
+        """The in-flight cap a refusal sent with ``in_flight`` calls out (itself included)
+        calls for: the provider held ``in_flight - 1`` at most. A call sent after the last cut
+        with no more calls out than that cut allowed says the limit came down, or that the cut
+        came from a count above the cap; the second such refusal in a row says the limit came
+        down, by how much one refusal does not tell: it cuts to a share of what was out, never
+        below half of it."""
+        t = self._tuning
+        key = CONCURRENCY
+        cut_at, base = estimates.get(f"{key}:c"), estimates.get(f"{key}:b")
+        sent_at = permit.holds.get(SENT_AT)
+        within = (
+            cut_at is not None
+            and base is not None
+            and sent_at is not None
+            and sent_at > cut_at
+            and in_flight <= base
+        )
+        name = permit.resource or ""
+        again = within and self._below.get(name, False)
+        self._below[name] = within
+        if again:
+            return max(t.deepest_cut, t.in_flight_decrease) * in_flight
+        return in_flight - 1
+
     def _achieved(self, limits: _Limits) -> float:
         """Requests per second the provider accepted lately (sent less refused)."""
         sent = limits.estimates.get(SENT, 0.0)
@@ -733,8 +805,9 @@ class LimitsAdmission:
             if bound.get(dimension, -math.inf) < now - t.bound_within_s:
                 continue
             if dimension == CONCURRENCY:
+                # Slow start: one more per call answered, until the first cut; then probes.
                 slow_start = not cuts(limits.estimates, dimension)
-                step, interval = 1.0, 0.0 if slow_start else t.concurrency_probe_s
+                step, interval = 1.0, 0.0 if slow_start else t.recovery_window_s
                 start = limit.value
             else:
                 known = math.isfinite(limit.ceiling)
@@ -753,6 +826,7 @@ class LimitsAdmission:
                 step=step,
                 cap=limit.ceiling,
                 interval_s=interval,
+                quiet_s=t.probe_quiet_s,
             )
 
     async def _resync(

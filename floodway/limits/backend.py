@@ -82,6 +82,8 @@ class Meter:
 
 #: the meter's fields: requests sent (counted by a granted acquire) and 429s (by :meth:`tick`)
 SENT = "sent"
+#: a probe's step doubles with each grow since the last cut, at most this many times
+MAX_DOUBLINGS = 16
 THROTTLED = "throttled"
 
 
@@ -176,17 +178,30 @@ class LimiterBackend(Protocol):
         """Lower an estimate to ``value`` (not below ``floor``; an absent one is set) unless it
         already changed after ``granted_at`` (an :attr:`AcquireResult.at`): the refused
         request was sent under the old estimate, so it says nothing about the new one. One cut
-        per round trip, however many requests of that round were refused. Records when
-        (``<field>:t``), the value cut to (``<field>:b``, the base of later additive steps) and
-        counts the cuts (``<field>:n``). Returns the estimate."""
+        per round trip, however many requests of that round were refused. Records when it
+        changed (``<field>:t``) and when it was cut (``<field>:c``, in seconds, as
+        :attr:`AcquireResult.at`), the value cut to
+        (``<field>:b``, the base of later steps), counts the cuts (``<field>:n``) and restarts
+        the probe's doubling (``<field>:k`` = 0). Returns the estimate."""
         ...
 
     async def grow(
-        self, key: str, field: str, *, start: float, step: float, cap: float, interval_s: float
+        self,
+        key: str,
+        field: str,
+        *,
+        start: float,
+        step: float,
+        cap: float,
+        interval_s: float,
+        quiet_s: float = 0.0,
     ) -> float:
-        """Add ``step`` to an estimate (``start`` when absent), at most once per ``interval_s``
-        since it last changed. Reaching ``cap`` removes it: the configured or published limit
-        is in force again. Returns the estimate (``cap`` once removed)."""
+        """Probe an estimate upward (``start`` when absent), at most once per ``interval_s``
+        since it last changed. Once it has been cut, nothing for ``quiet_s`` after the cut,
+        then ``step`` doubled for each grow since the cut (``<field>:k``): a limit that held
+        is probed in small steps, a raised one is found in a few windows. Reaching ``cap``
+        removes it: the configured or published limit is in force again. Returns the
+        estimate (``cap`` once removed)."""
         ...
 
     async def note(self, key: str, fields: dict[str, float]) -> None:

@@ -85,6 +85,8 @@ class ResourceSnapshot:
     #: what held candidates back in this process's last admission pass (reason -> how many):
     #: concurrency, requests, tokens, pause, tenant cap, recovering
     held_back_by: dict[str, int] = field(default_factory=dict)
+    #: the same, per tenant (tenant -> reason -> how many): what a tenant is shown of it
+    held_back_by_tenant: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class Admission(Protocol):
@@ -111,6 +113,11 @@ class Admission(Protocol):
 
     def permit_for(self, task_id: str, kind: str, tenant: str, cost: float) -> Permit:
         """The permit a task of ``kind`` holds, rebuilt from its row by another process."""
+        ...
+
+    async def sending(self, permit: Permit) -> Permit:
+        """The task's call is about to go out: its permit, with what the limits need to know
+        of the moment it was sent (the calls in flight then)."""
         ...
 
     async def settle(self, permit: Permit, settlement: Settlement, now: float) -> None:
@@ -172,6 +179,9 @@ class NoLimits:
 
     def permit_for(self, task_id: str, kind: str, tenant: str, cost: float) -> Permit:
         return Permit(task_id, None, tenant, cost)
+
+    async def sending(self, permit: Permit) -> Permit:
+        return permit
 
     async def settle(self, permit: Permit, settlement: Settlement, now: float) -> None:
         return None

@@ -11,7 +11,15 @@ import math
 from dataclasses import dataclass
 
 from floodway.clock import Clock
-from floodway.limits.backend import SENT, THROTTLED, AcquireRequest, AcquireResult, Bucket, Meter
+from floodway.limits.backend import (
+    MAX_DOUBLINGS,
+    SENT,
+    THROTTLED,
+    AcquireRequest,
+    AcquireResult,
+    Bucket,
+    Meter,
+)
 
 
 @dataclass
@@ -147,25 +155,40 @@ class LocalLimiterBackend:
             return current
         lowered = max(floor, value if current is None else min(current, value))
         fields[field] = fields[f"{field}:b"] = lowered
-        fields[f"{field}:t"] = now
+        fields[f"{field}:t"] = fields[f"{field}:c"] = now
         fields[f"{field}:n"] = fields.get(f"{field}:n", 0.0) + 1
+        fields[f"{field}:k"] = 0.0
         return lowered
 
     async def grow(
-        self, key: str, field: str, *, start: float, step: float, cap: float, interval_s: float
+        self,
+        key: str,
+        field: str,
+        *,
+        start: float,
+        step: float,
+        cap: float,
+        interval_s: float,
+        quiet_s: float = 0.0,
     ) -> float:
         now = self._clock.now()
         fields = self._estimates.setdefault(key, {})
         current = fields.get(field, start)
         if now - fields.get(f"{field}:t", -math.inf) < interval_s:
             return current
+        cut_at = fields.get(f"{field}:c")
+        if cut_at is not None:
+            if now - cut_at < quiet_s:
+                return current
+            doublings = fields.get(f"{field}:k", 0.0)
+            step *= 2.0 ** min(doublings, MAX_DOUBLINGS)
+            fields[f"{field}:k"] = doublings + 1
         grown = current + step
+        fields[f"{field}:t"] = now
         if grown >= cap:
             fields.pop(field, None)
-            fields[f"{field}:t"] = now
             return cap
         fields[field] = grown
-        fields[f"{field}:t"] = now
         return grown
 
     async def note(self, key: str, fields: dict[str, float]) -> None:

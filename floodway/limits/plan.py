@@ -89,6 +89,12 @@ class ResourcePlan:
         return f"r:{self.name}:slots"
 
     @property
+    def sent_key(self) -> str:
+        """The calls sent and not yet answered (adaptive resources): a slot is taken at
+        admission, a call may go out later."""
+        return f"r:{self.name}:sent"
+
+    @property
     def gate_key(self) -> str:
         return f"r:{self.name}:pause"
 

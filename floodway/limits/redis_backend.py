@@ -195,11 +195,26 @@ class RedisLimiterBackend:
         return float(await self._script(self._cut, [self.key(key)], args))
 
     async def grow(
-        self, key: str, field: str, *, start: float, step: float, cap: float, interval_s: float
+        self,
+        key: str,
+        field: str,
+        *,
+        start: float,
+        step: float,
+        cap: float,
+        interval_s: float,
+        quiet_s: float = 0.0,
     ) -> float:
         # Lua reads no infinity: an unbounded estimate is capped by a number it never reaches.
         capped = min(cap, _UNBOUNDED)
-        args: list[str | float | int] = [field, start, step, capped, interval_s * 1000]
+        args: list[str | float | int] = [
+            field,
+            start,
+            step,
+            capped,
+            interval_s * 1000,
+            quiet_s * 1000,
+        ]
         grown = float(await self._script(self._grow, [self.key(key)], args))
         return cap if grown >= _UNBOUNDED else grown
 

@@ -20,6 +20,8 @@ Conventions shared by every script:
 
 from __future__ import annotations
 
+from floodway.limits.backend import MAX_DOUBLINGS
+
 _PRELUDE = """
 local function now_ms()
   local t = redis.call('TIME')
@@ -283,29 +285,37 @@ local value = tonumber(ARGV[2])
 if current and current < value then value = current end
 if value < tonumber(ARGV[3]) then value = tonumber(ARGV[3]) end
 redis.call('HSET', KEYS[1], f, fmt(value), f .. ':b', fmt(value), f .. ':t', fmt(now),
-           f .. ':n', fmt(n + 1))
+           f .. ':c', fmt(now / 1000), f .. ':n', fmt(n + 1), f .. ':k', '0')
 redis.call('PEXPIRE', KEYS[1], 86400000)
 return fmt(value)
 """
 )
 
-# KEYS: estimates. ARGV: field, start, step, cap, interval_ms. Returns the estimate.
+# KEYS: estimates. ARGV: field, start, step, cap, interval_ms, quiet_ms. Returns the estimate.
 GROW = (
     _PRELUDE
     + """
 local f = ARGV[1]
 local now = now_ms()
-local v = redis.call('HMGET', KEYS[1], f, f .. ':t')
+local v = redis.call('HMGET', KEYS[1], f, f .. ':t', f .. ':c', f .. ':k')
 local current = tonumber(v[1]) or tonumber(ARGV[2])
-local t = tonumber(v[2])
+local t, cut, k = tonumber(v[2]), tonumber(v[3]), tonumber(v[4]) or 0
 if t and now - t < tonumber(ARGV[5]) then return fmt(current) end
-local grown, cap = current + tonumber(ARGV[3]), tonumber(ARGV[4])
+local step = tonumber(ARGV[3])
+if cut then
+  if now - cut * 1000 < tonumber(ARGV[6]) then return fmt(current) end
+  step = step * 2 ^ math.min(k, """
+    + str(MAX_DOUBLINGS)
+    + """)
+  redis.call('HSET', KEYS[1], f .. ':k', fmt(k + 1))
+end
+local grown, cap = current + step, tonumber(ARGV[4])
+redis.call('HSET', KEYS[1], f .. ':t', fmt(now))
 if grown >= cap then
   redis.call('HDEL', KEYS[1], f)
-  redis.call('HSET', KEYS[1], f .. ':t', fmt(now))
   return fmt(cap)
 end
-redis.call('HSET', KEYS[1], f, fmt(grown), f .. ':t', fmt(now))
+redis.call('HSET', KEYS[1], f, fmt(grown))
 redis.call('PEXPIRE', KEYS[1], 86400000)
 return fmt(grown)
 """

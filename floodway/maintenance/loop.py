@@ -1,5 +1,6 @@
 """The maintenance services, run wherever workers run: one elected leader per ledger sweeps
-(recovery, orphaned calls, deadlines) and purges (retention); one deliverer sends the outbound
+(recovery, orphaned calls, deadlines), ends OpenAI-compatible batches, packs and follows the
+batch tier's provider batches, and purges (retention); one deliverer sends the outbound
 callbacks; and each process watches for peers that share its ledger without sharing its
 limits."""
 
@@ -16,6 +17,7 @@ from floodway.maintenance.limits_watch import LocalLimitsWatch
 from floodway.maintenance.openai_batches import BatchEnder
 from floodway.maintenance.outbox import Outbox
 from floodway.maintenance.sweeper import Sweeper
+from floodway.maintenance.tier_batches import Batcher
 from floodway.runtime import Runtime
 from floodway.store.base import Purged, Retention
 
@@ -54,6 +56,7 @@ class Maintenance:
         self.retainer = Retainer(runtime)
         self.outbox = Outbox(runtime)
         self.batches = BatchEnder(runtime)
+        self.tier_batches = Batcher(runtime)
         self.watch = LocalLimitsWatch(runtime, workers)
         self.sweep_every_s = sweep_every_s
         self.purge_every_s = purge_every_s
@@ -71,6 +74,7 @@ class Maintenance:
         if self.is_leader:
             await self.sweeper.run_once()
             await self.batches.run_once()
+            await self.tier_batches.run_once()
         return self.is_leader
 
     async def _run(self) -> None:

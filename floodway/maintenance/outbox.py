@@ -1,4 +1,4 @@
-"""Outbound callbacks: a task with a ``callback_url`` is POSTed to it once it ends.
+"""Outbound callbacks: a task (or a job) with a ``callback_url`` is POSTed to it once it ends.
 
 The outbox is durable: the terminal write itself marks the callback ``pending`` in the same
 transaction, so a crash between "task ended" and "callback sent" loses nothing. This service
@@ -10,29 +10,45 @@ lease ``webhooks-out``, taken over at once from a dead process).
 
 Each delivery is signed the Standard Webhooks way (:mod:`floodway.wire.signing`) with the tenant's
 API key as the secret (``"floodway"`` when the API is open). The body is
-``{"type": "task.<status>", "timestamp": ..., "data": <Task JSON>}``; ``webhook-id`` is the
+``{"type": "task.<status>", "timestamp": ..., "data": <Task JSON>}`` (a job's:
+``"job.<status>"`` and the job as ``GET /v1/jobs/{id}`` shows it); ``webhook-id`` is the
 same for every attempt at one terminal state, so receivers can drop duplicates: delivery is
 at-least-once.
+
+The same deliverer carries out the other effects of a completion, which its write put in the
+outbox (``Store.due_effects``) in its own transaction: a poison task's fallback is submitted
+(under the request key ``fallback:<task>``, so a delivery repeated after a crash is the same
+submit), and a dead task's alert goes to the ``on_dead`` hooks and is POSTed to
+``alert_url``, retried as callbacks are. A crash between the completion and its effects loses
+none, and a slow alert endpoint never holds a worker's slot.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 
 from floodway.clock import event_set_within, stop_task
 from floodway.core.backoff import Backoff
+from floodway.core.errors import FloodwayError, Unavailable
+from floodway.core.jobs import Job
 from floodway.core.owners import owner_name
-from floodway.core.task import Task
+from floodway.core.task import SubmitRequest, Task
 from floodway.maintenance.leader import lead
 from floodway.runtime import Runtime
+from floodway.store.base import DueEffect, Store
+from floodway.store.jobs import JobRecords
 from floodway.version import __version__
+from floodway.wire.jobs import job_json
 from floodway.wire.signing import signed_headers
 from floodway.wire.tasks import task_json
 
@@ -101,17 +117,22 @@ class Outbox:
         store, now = self.runtime.store, self.runtime.clock.now()
         if not await lead(store, LEADER_NAME, self.owner, now, self.leader_ttl_s):
             return 0
-        due = await store.due_callbacks(now, self.batch)
-        if not due:
+        due = [_of_task(t, store) for t in await store.due_callbacks(now, self.batch)]
+        jobs = self.runtime.jobs
+        due += [_of_job(j, jobs) for j in await jobs.due_job_callbacks(now, self.batch)]
+        effects = await store.due_effects(now, self.batch)
+        if not due and not effects:
             return 0
         gate = asyncio.Semaphore(self.concurrency)
 
-        async def one(task: Task) -> None:
+        async def one(delivery: Awaitable[None]) -> None:
             async with gate:
-                await self._deliver(task)
+                await delivery
 
-        await asyncio.gather(*(one(t) for t in due))
-        return len(due)
+        await asyncio.gather(
+            *(one(self._deliver(c)) for c in due), *(one(self._effect(e)) for e in effects)
+        )
+        return max(len(due), len(effects))
 
     async def _loop(self) -> None:
         hub = self.runtime.hub
@@ -137,46 +158,176 @@ class Outbox:
         finally:
             hub.unwatch_all(changed)
 
-    async def _deliver(self, task: Task) -> None:
+    async def _deliver(self, callback: Callback) -> None:
         assert self._client is not None
-        store = self.runtime.store
         now = self.runtime.clock.now()
-        finished = task.finished_at if task.finished_at is not None else task.updated_at
-        msg_id = f"msg_{task.id}_{int(finished * 1000)}"
+        msg_id = f"msg_{callback.id}_{int(callback.finished * 1000)}"
         body = json.dumps(
             {
-                "type": f"task.{task.status.value}",
+                "type": callback.type,
                 "timestamp": datetime.fromtimestamp(now, UTC).isoformat().replace("+00:00", "Z"),
-                "data": task_json(task),
+                "data": await callback.data(),
             },
             separators=(",", ":"),
         ).encode()
-        secret = signing_secret(self.runtime.settings.api.keys, task.tenant)
+        secret = signing_secret(self.runtime.settings.api.keys, callback.tenant)
         headers = {
             "content-type": "application/json",
             "user-agent": f"floodway/{__version__}",
             **signed_headers(secret, msg_id, int(now), body),
         }
-        url = task.callback_url or ""
+        url = callback.url
         try:
             # Streamed and never read: a receiver cannot make us buffer a large answer.
             async with self._client.stream("POST", url, content=body, headers=headers) as resp:
                 ok, why = resp.is_success, f"answered {resp.status_code}"
         except Exception as exc:  # any failure to deliver is the receiver's, never ours to raise
             ok, why = False, f"{type(exc).__name__}: {exc}"
-        attempts = task.callback_attempts + 1
+        attempts = callback.attempts + 1
         counts = self.runtime.callbacks_out
         if ok:
-            await store.callback_result(task.id, "delivered", None)
+            await callback.record("delivered", None)
             counts["delivered"] += 1
             return
         if attempts >= self.config.max_attempts:
-            log.warning("callback for %s to %s given up after %d: %s", task.id, url, attempts, why)
-            await store.callback_result(task.id, "failed", None)
+            log.warning(
+                "callback for %s to %s given up after %d: %s", callback.id, url, attempts, why
+            )
+            await callback.record("failed", None)
             counts["failed"] += 1
             return
         next_at = now + self.backoff.delay(attempts, self._rng)
-        log.info("callback for %s to %s failed (%s); retry %d", task.id, url, why, attempts)
-        await store.callback_result(task.id, "pending", next_at)
+        log.info("callback for %s to %s failed (%s); retry %d", callback.id, url, why, attempts)
+        await callback.record("pending", next_at)
         self._next_due = next_at if self._next_due is None else min(self._next_due, next_at)
         counts["retry"] += 1
+
+    # -- a completion's effects ---------------------------------------------------------------
+    async def _effect(self, due: DueEffect) -> None:
+        store, now = self.runtime.store, self.runtime.clock.now()
+        try:
+            if due.effect == "fallback":
+                done, why = await self._fallback(due.task)
+            else:
+                done, why = await self._alert(due)
+        except Unavailable as exc:  # the ledger or the limiter: the next pass tries again
+            done, why = False, f"{type(exc).__name__}: {exc}"
+        attempts = due.attempts + 1
+        if done:
+            await store.effect_done(due.seq)
+        elif attempts >= self.config.max_attempts:
+            log.warning("%s of %s given up after %d: %s", due.effect, due.task.id, attempts, why)
+            await store.effect_done(due.seq)
+        else:
+            next_at = now + self.backoff.delay(attempts, self._rng)
+            log.info("%s of %s failed (%s); retry %d", due.effect, due.task.id, why, attempts)
+            await store.effect_retry(due.seq, next_at)
+            self._next_due = next_at if self._next_due is None else min(self._next_due, next_at)
+
+    async def _fallback(self, task: Task) -> tuple[bool, str]:
+        """Submit the kind's fallback for a poison task (done: submitted, or nothing to do)."""
+        runtime = self.runtime
+        if task.kind not in runtime.kinds:
+            return False, f"kind {task.kind!r} has no handler in this process"
+        fallback = runtime.kinds.get(task.kind).fallback
+        if fallback is None:
+            return True, ""
+        request = SubmitRequest(
+            fallback,
+            task.input,
+            lane=task.lane,
+            key=f"fallback:{task.id}",
+            metadata={**task.metadata, "fallback_of": task.id},
+        )
+        try:
+            await runtime.submit([request], tenant=task.tenant)
+        except Unavailable:
+            raise
+        except FloodwayError as exc:  # a new submission: it may not fit the budget, say
+            log.warning("fallback of %s not submitted: %s", task.id, exc)
+        return True, ""
+
+    async def _alert(self, due: DueEffect) -> tuple[bool, str]:
+        """The dead task to the ``on_dead`` hooks (on the first delivery) and ``alert_url``."""
+        task = due.task
+        if due.attempts == 0:
+            for hook in self.runtime.alert_hooks:
+                try:
+                    result = hook(task)
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception:
+                    log.exception("alert hook failed for task %s", task.id)
+        url = self.runtime.settings.alert_url
+        if not url:
+            return True, ""
+        assert self._client is not None
+        body = {
+            "event": "task.dead",
+            "task_id": task.id,
+            "kind": task.kind,
+            "tenant": task.tenant,
+            "error": task.error.to_json() if task.error else None,
+        }
+        try:
+            async with self._client.stream("POST", url, json=body) as resp:
+                return resp.is_success, f"answered {resp.status_code}"
+        except Exception as exc:  # the receiver's failure, never ours to raise
+            return False, f"{type(exc).__name__}: {exc}"
+
+
+@dataclass(frozen=True)
+class Callback:
+    """One due delivery: a task's end or a job's, as the outbox sends and records it."""
+
+    id: str
+    tenant: str
+    url: str
+    type: str
+    #: when what it reports ended (a retried task or job ends again: another webhook-id)
+    finished: float
+    attempts: int
+    data: Callable[[], Awaitable[dict[str, Any]]]
+    record: Callable[[str, float | None], Awaitable[None]]
+
+
+def _of_task(task: Task, store: Store) -> Callback:
+    async def data() -> dict[str, Any]:
+        return task_json(task)
+
+    async def record(state: str, next_at: float | None) -> None:
+        await store.callback_result(task.id, state, next_at)
+
+    finished = task.finished_at if task.finished_at is not None else task.updated_at
+    return Callback(
+        task.id,
+        task.tenant,
+        task.callback_url or "",
+        f"task.{task.status.value}",
+        finished,
+        task.callback_attempts,
+        data,
+        record,
+    )
+
+
+def _of_job(job: Job, jobs: JobRecords) -> Callback:
+    async def data() -> dict[str, Any]:
+        found = await jobs.get_job(job.id, job.tenant)
+        assert found is not None  # a job is purged only long after its callback's end
+        return job_json(*found)
+
+    async def record(state: str, next_at: float | None) -> None:
+        await jobs.job_callback_result(job.id, state, next_at)
+
+    finished = job.finished_at if job.finished_at is not None else job.updated_at
+    return Callback(
+        job.id,
+        job.tenant,
+        job.callback_url or "",
+        f"job.{job.status.value}",
+        finished,
+        job.callback_attempts,
+        data,
+        record,
+    )

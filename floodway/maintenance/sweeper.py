@@ -27,7 +27,8 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from floodway.core.outcome import Completion, Failed, Succeeded, from_running
+from floodway.core import changes
+from floodway.core.outcome import Completion, Failed, Succeeded
 from floodway.core.owners import identity_of
 from floodway.core.spend import Charge, possibly_billed
 from floodway.core.states import TERMINAL, Status
@@ -112,7 +113,6 @@ class Sweeper:
             report.interrupted += 1
         else:
             report.recovered += 1
-        await runtime.after_completion(task, item, applied)
 
     async def _decide(self, task: Task, spec: KindSpec, bound: float) -> Completion | None:
         runtime = self.runtime
@@ -120,16 +120,9 @@ class Sweeper:
         if task.upstream_ref is not None:
             # The provider is (or was) working on it: run the handler again, which resumes
             # the recorded job instead of submitting it anew. Not the task's fault: no attempt.
-            return from_running(
-                task,
-                Status.RETRYING,
-                next_attempt_at=now,
-                refund_attempt=True,
-                error=ErrorInfo(
-                    ErrorClass.INTERRUPTED,
-                    "worker_lost",
-                    f"resuming upstream job {task.upstream_ref}",
-                ),
+            resuming = f"resuming upstream job {task.upstream_ref}"
+            return changes.handed_back(
+                task, now, ErrorInfo(ErrorClass.INTERRUPTED, "worker_lost", resuming)
             )
         if spec.lookup is not None:
             ctx = runtime.context(task)
@@ -154,7 +147,7 @@ class Sweeper:
                 item = dataclasses.replace(item, orphan_until=max(bound, now))
             return item
         interrupted = ErrorInfo(ErrorClass.INTERRUPTED, "worker_lost", message)
-        return from_running(task, Status.FAILED, error=interrupted, orphan_until=max(bound, now))
+        return changes.orphaned(task, Status.FAILED, interrupted, max(bound, now))
 
     @staticmethod
     def _may_still_run(task: Task, item: Completion) -> bool:
@@ -205,25 +198,9 @@ class Sweeper:
     async def _deadlines(self) -> int:
         runtime = self.runtime
         count = 0
-        error = ErrorInfo(ErrorClass.TIMEOUT, "deadline", "the task's deadline passed")
         for task in await runtime.store.past_deadline(runtime.clock.now(), self.batch):
-            running = task.status is Status.RUNNING
             now = runtime.clock.now()
-            item = Completion(
-                task.id,
-                Status.TIMEOUT,
-                task.status,
-                task.lease_token if running else None,
-                error=error,
-                # a parked task (waiting on its upstream job) has no lease: the CAS checks parked
-                parked=task.parked,
-                # a call in flight goes on: its worker closes the attempt, keeping a late
-                # success for the same work, and gives the provider slot back then
-                keep_attempt=running and not task.parked,
-                # a parked task's job may go on at the provider (nobody asked it to stop): its
-                # attempt stays open, and its slot taken, as long as a call may run
-                orphan_until=now + self._longest_call(task) if task.parked else None,
-            )
+            item = changes.past_deadline(task, now, self._longest_call(task))
             (applied,) = await runtime.store.complete([item], now)
             if applied.applied and item.orphan_until is not None:
                 await runtime.admission.hold(self._permit(task), item.orphan_until)

@@ -189,6 +189,10 @@ class UpstreamPoll:
     def read_callback(self, body: JSON) -> tuple[str | None, JobView]:
         return self.jobs.job_id(body), self.jobs.interpret(body)
 
+    @property
+    def holds_slots(self) -> bool:
+        return True
+
 
 async def close_quietly(closer: Callable[[], Awaitable[None]]) -> None:
     """Close one client; a failure to close must not stop the others from closing."""

@@ -1,7 +1,9 @@
-"""Cost estimates made before a task runs (the limiter reserves them; usage settles them).
+"""Cost estimates made before a task runs (the limiter reserves them; usage settles them; a
+budget admits a task by its estimate, priced).
 
 ``kinds.X.cost`` picks the rule: ``"tokens"`` (about 4 characters a token, plus the output
-budget ``max_tokens``), ``"chars"``, ``"fixed:N"``; unset, the adapter's own default.
+budget ``max_tokens``), ``"chars"``, ``"fixed:N"``; unset, the adapter's own default. An
+OpenAI-shaped request's output is estimated at its worst case (:func:`openai_estimate`).
 """
 
 from __future__ import annotations
@@ -14,21 +16,52 @@ from floodway.core.errors import ConfigError
 from floodway.kinds import CostFn
 
 CHARS_PER_TOKEN = 4
-#: output budget assumed for a chat request that sets no max_tokens (settled by usage after)
-DEFAULT_MAX_TOKENS = 256
+#: The request fields that bound a call's output tokens (chat's two names, the Responses API's).
+OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+#: The most output tokens one answer of a model may bill (its provider's published limit), by
+#: model-name prefix, the longest matching prefix first: what a request that sets none of
+#: OUTPUT_FIELDS is estimated at, unless its kind sets ``max_output_tokens``.
+MAX_OUTPUT_TOKENS: dict[str, int] = {
+    "gpt-5": 128_000,
+    "gpt-4.1": 32_768,
+    "gpt-4o": 16_384,
+    "chatgpt-4o": 16_384,
+    "gpt-4-turbo": 4_096,
+    "gpt-4": 8_192,
+    "gpt-3.5-turbo": 4_096,
+    "o1-mini": 65_536,
+    "o1": 100_000,
+    "o3": 100_000,
+    "o4-mini": 100_000,
+}
+#: a model the table does not know (set the kind's ``max_output_tokens`` for it)
+DEFAULT_MAX_OUTPUT_TOKENS = 16_384
 
 
 def _chars(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
 
 
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def _output_budget(value: Any, default: int) -> int:
     if isinstance(value, dict):
-        for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
-            budget = value.get(name)
-            if isinstance(budget, int) and not isinstance(budget, bool) and budget >= 0:
+        for name in OUTPUT_FIELDS:
+            budget = _count(value.get(name))
+            if budget is not None:
                 return budget
     return default
+
+
+def model_max_output(model: str | None) -> int:
+    """The most output tokens one answer of ``model`` may bill (:data:`MAX_OUTPUT_TOKENS`)."""
+    if model:
+        for prefix in sorted(MAX_OUTPUT_TOKENS, key=len, reverse=True):
+            if model.startswith(prefix):
+                return MAX_OUTPUT_TOKENS[prefix]
+    return DEFAULT_MAX_OUTPUT_TOKENS
 
 
 def text_of(content: Any) -> str:
@@ -51,17 +84,13 @@ def generic_tokens(value: Any, default_output: int = 0) -> float:
     return float(_chars(value) // CHARS_PER_TOKEN + _output_budget(value, default_output))
 
 
-def chat_tokens(value: Any, default_output: int = DEFAULT_MAX_TOKENS) -> float:
-    """Prompt length / 4 + ``max_tokens`` for an OpenAI-style chat request."""
-    messages = value.get("messages") if isinstance(value, dict) else None
-    if not isinstance(messages, list):
-        return generic_tokens(value, default_output)
+def _prompt_tokens(messages: list[Any]) -> int:
     chars = sum(
         len(text_of(m.get("content"))) + len(str(m.get("role", "")))
         for m in messages
         if isinstance(m, dict)
     )
-    return float(chars // CHARS_PER_TOKEN + _output_budget(value, default_output))
+    return chars // CHARS_PER_TOKEN
 
 
 def embedding_tokens(value: Any) -> float:
@@ -71,8 +100,36 @@ def embedding_tokens(value: Any) -> float:
 
 
 def image_count(value: Any) -> float:
-    n = value.get("n", 1) if isinstance(value, dict) else 1
-    return float(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1.0
+    n = _count(value.get("n")) if isinstance(value, dict) else None
+    return float(n) if n else 1.0
+
+
+def openai_estimate(endpoint: str, model: str | None, max_output: int | None) -> CostFn:
+    """The estimate of a request to an OpenAI-shaped ``endpoint`` at its worst case: its
+    prompt, plus ``n`` answers (chat's ``n``) of at most the request's output bound, else
+    ``max_output`` (the kind's), else its model's (the request's ``model``, else ``model``).
+    Images count ``n`` images. No field of the request lowers it below that (a ``tokens``
+    field is the generic rule's, not an OpenAI request's)."""
+    if endpoint == "embeddings":
+        return embedding_tokens
+    if endpoint == "images":
+        return image_count
+
+    def output(value: dict[str, Any]) -> int:
+        named = value.get("model")
+        ceiling = max_output or model_max_output(named if isinstance(named, str) else model)
+        return _output_budget(value, ceiling)
+
+    def estimate(value: Any) -> float:
+        if not isinstance(value, dict):
+            return float(_chars(value) // CHARS_PER_TOKEN)
+        messages = value.get("messages")
+        if endpoint == "chat" and isinstance(messages, list):
+            answers = _count(value.get("n")) or 1
+            return float(_prompt_tokens(messages) + answers * output(value))
+        return float(_chars(value) // CHARS_PER_TOKEN + output(value))
+
+    return estimate
 
 
 def cost_rule(rule: str | None, default: CostFn | None, where: str) -> CostFn | None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
@@ -28,13 +27,7 @@ from floodway.core.errors import FatalError, RetryableError
 from floodway.core.task import JSON
 from floodway.kinds import CostFn
 from floodway.providers.base import Finished, Submission
-from floodway.providers.cost import (
-    DEFAULT_MAX_TOKENS,
-    chat_tokens,
-    embedding_tokens,
-    generic_tokens,
-    image_count,
-)
+from floodway.providers.cost import openai_estimate
 from floodway.providers.responses import error_for, json_body, keep_headers, report_usage
 from floodway.providers.transport import AioSession, as_httpx
 from floodway.wire.openai import ENDPOINT_PATHS, RESPONSE_ENDS, STREAM_OBJECT
@@ -47,12 +40,6 @@ Endpoint = Literal["chat", "embeddings", "images", "responses"]
 STREAM_FLUSH_S = 0.05
 MAX_STREAM_BYTES = 16 * 2**20
 JSON_CONTENT = {"Content-Type": "application/json"}
-DEFAULT_COST: dict[str, CostFn] = {
-    "chat": chat_tokens,
-    "embeddings": embedding_tokens,
-    "images": image_count,
-    "responses": partial(generic_tokens, default_output=DEFAULT_MAX_TOKENS),
-}
 
 
 def _usage_event(events: list[str]) -> Any:
@@ -118,25 +105,32 @@ class OpenAIAdapter:
     model: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 60.0
+    #: unset: the endpoint's worst case (:func:`~floodway.providers.cost.openai_estimate`)
     cost: CostFn | None = None
 
     def __post_init__(self) -> None:
         self.http = AioSession(self.timeout_s)
         self.url = self.base_url.rstrip("/") + ENDPOINT_PATHS[self.endpoint]
+        self._estimate = self.cost or openai_estimate(self.endpoint, self.model, None)
 
     def estimate(self, value: JSON) -> float:
-        rule = self.cost or DEFAULT_COST[self.endpoint]
-        return float(rule(value))
+        return float(self._estimate(value))
 
     async def aclose(self) -> None:
         await self.http.aclose()
 
-    async def submit(self, ctx: Context, value: JSON) -> Submission:
+    def request_body(self, value: JSON) -> dict[str, Any]:
+        """The request a task's input asks for: the input, with the kind's model when it
+        names none."""
         if not isinstance(value, dict):
             raise FatalError(f"{self.name}: the input must be a JSON object (the request body)")
         body = dict(value)
         if self.model and "model" not in body:
             body["model"] = self.model
+        return body
+
+    async def submit(self, ctx: Context, value: JSON) -> Submission:
+        body = self.request_body(value)
         # Most OpenAI-compatible servers ignore it; gateways that honour it avoid double billing.
         headers = {**self.headers, "Idempotency-Key": ctx.work_key, **JSON_CONTENT}
         if self.api_key:

@@ -24,15 +24,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
 from floodway.config import KindConfig, KindOptions, format_validation_error
 from floodway.core.errors import ConfigError
 from floodway.core.task import JSON
+from floodway.core.tiers import turnarounds
 from floodway.core.upstream import PollSchedule, first_poll_after
-from floodway.kinds import KindRegistry, KindSpec, Lookup
+from floodway.kinds import Handler, JobPoller, KindRegistry, KindSpec, Lookup, TierPlan
 from floodway.providers.base import (
     Adapter,
     AdapterHandler,
@@ -40,11 +41,16 @@ from floodway.providers.base import (
     UpstreamPoll,
     close_quietly,
 )
-from floodway.providers.cost import cost_rule, generic_tokens
+from floodway.providers.cost import cost_rule, generic_tokens, openai_estimate
 from floodway.providers.http import HttpAdapter, HttpRoutes, JobFields
-from floodway.providers.openai import DEFAULT_COST, OpenAIAdapter, replays_when
+from floodway.providers.openai import OpenAIAdapter, replays_when
+from floodway.providers.openai_batch import OpenAIBatchApi
+from floodway.providers.tiers import LinePoller, TieredHandler, line_schedule
+from floodway.wire.openai import ENDPOINT_PATHS
 
 SIMULATOR_URL = "http://127.0.0.1:9000"
+#: polls of a task parked on its batch line before it is given up (each reads the ledger)
+LINE_POLLS = 10_000
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -71,9 +77,29 @@ def build_provider_kind(name: str, cfg: KindConfig) -> KindSpec:
     else:
         raise ConfigError(f"{where}.adapter: {cfg.adapter!r} is not a provider adapter")
     schedule = poll_schedule(cfg, options)
+    handler: Handler = AdapterHandler(adapter, jobs, schedule)
+    poll: JobPoller | None = None if jobs is None else UpstreamPoll(jobs, schedule)
+    plan = TierPlan()
+    close: Callable[[], Awaitable[None]] = adapter.aclose
+    poll_max_attempts = cfg.poll_max_attempts
+    if isinstance(adapter, OpenAIAdapter) and cfg.tiers != ["sync"]:
+        batch = _openai_batches(name, cfg, adapter) if "batch" in cfg.tiers else None
+        plan = TierPlan(
+            offered=tuple(cfg.tiers),
+            times=turnarounds(cfg.timeout, cfg.turnaround),
+            batch=batch,
+            max_lines=cfg.batch_max_lines,
+            max_age_s=cfg.batch_max_age,
+        )
+        handler = TieredHandler(adapter, plan)
+        if batch is not None:
+            poll = LinePoller(line_schedule(plan))
+            # A line's poll reads the ledger, not the provider: the deadline bounds them.
+            poll_max_attempts = LINE_POLLS
+            close = _closing(adapter.aclose, batch.aclose)
     return KindSpec(
         name=name,
-        handler=AdapterHandler(adapter, jobs, schedule),
+        handler=handler,
         resource=cfg.resource,
         max_attempts=cfg.max_attempts,
         deadline_s=cfg.deadline,
@@ -87,11 +113,29 @@ def build_provider_kind(name: str, cfg: KindConfig) -> KindSpec:
         idempotent=idempotent,
         lookup=lookup,
         retry_timeouts=cfg.retry_timeouts,
-        poll=None if jobs is None else UpstreamPoll(jobs, schedule),
-        poll_max_attempts=cfg.poll_max_attempts,
-        close=adapter.aclose,
+        poll=poll,
+        poll_max_attempts=poll_max_attempts,
+        close=close,
         replays=replays,
+        tiers=plan,
     )
+
+
+def _openai_batches(name: str, cfg: KindConfig, adapter: OpenAIAdapter) -> OpenAIBatchApi:
+    headers = dict(adapter.headers)
+    if adapter.api_key:
+        headers["Authorization"] = f"Bearer {adapter.api_key}"
+    return OpenAIBatchApi(
+        name, adapter.base_url, "/v1" + ENDPOINT_PATHS[cfg.endpoint], headers, cfg.timeout
+    )
+
+
+def _closing(*closers: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    async def close() -> None:
+        for closer in closers:
+            await close_quietly(closer)
+
+    return close
 
 
 async def aclose_kinds(kinds: KindRegistry) -> None:
@@ -202,6 +246,7 @@ def _openai(name: str, cfg: KindConfig, headers: dict[str, str], where: str) -> 
             raise ConfigError(
                 f"{where}.api_key_env: environment variable {cfg.api_key_env} is unset"
             )
+    worst_case = openai_estimate(cfg.endpoint, cfg.model, cfg.max_output_tokens)
     return OpenAIAdapter(
         name=name,
         base_url=cfg.base_url or "https://api.openai.com/v1",
@@ -210,5 +255,5 @@ def _openai(name: str, cfg: KindConfig, headers: dict[str, str], where: str) -> 
         model=cfg.model,
         headers=headers,
         timeout_s=cfg.timeout,
-        cost=cost_rule(cfg.cost, DEFAULT_COST[cfg.endpoint], f"{where}.cost"),
+        cost=cost_rule(cfg.cost, worst_case, f"{where}.cost"),
     )

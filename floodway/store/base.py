@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from floodway.core.outcome import Applied, Completion, Succeeded
+from floodway.core.jobs import Job, Start
+from floodway.core.outcome import Applied, Completion, Effect, Succeeded
 from floodway.core.spend import Budget, Charge
 from floodway.core.states import Status
 from floodway.core.task import Candidate, Lane, NewTask, Submitted, Task
@@ -103,6 +104,38 @@ class StoreStats:
 
 
 @dataclass(frozen=True)
+class WorkerTask:
+    """A task whose lease a worker holds."""
+
+    task_id: str
+    kind: str
+    tenant: str
+    attempt: int
+    since: float | None  # when this attempt was claimed
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker as it last said (:meth:`Store.worker_beat`), with the tasks it holds."""
+
+    owner: str  # the lease owner its tasks carry
+    host: str
+    pid: int
+    concurrency: int
+    kinds: tuple[str, ...]
+    started_at: float
+    heartbeat_at: float
+    tasks: tuple[WorkerTask, ...] = ()
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    batch_id: str
+    created_at: float  # its first task's
+    counts: dict[str, int]  # tasks per status
+
+
+@dataclass(frozen=True)
 class SpendQuery:
     """The spend ledger since ``since``: one tenant's (None: everyone's), one kind's (None:
     all), summed per tenant and kind, and per ``bucket_s`` of time (None: no series)."""
@@ -124,6 +157,19 @@ class SpendLine:
     images: float
     calls: int  # billed calls
     deduped: int  # tasks that took another's result instead of a call
+    over_estimate: float  # what calls billed above the holds their tasks were admitted at
+    tier_saved: float = 0.0  # what the batch and flex tiers saved against the sync price
+
+
+@dataclass(frozen=True)
+class DueEffect:
+    """An effect of a completion waiting in the outbox: ``seq`` names it to
+    :meth:`Store.effect_done` and :meth:`Store.effect_retry`."""
+
+    seq: int
+    effect: Effect
+    attempts: int  # deliveries tried before
+    task: Task  # as it is now
 
 
 @dataclass(frozen=True)
@@ -163,6 +209,22 @@ class Leader:
 
 
 ChangeListener = Callable[[Sequence[TaskChange]], None]
+
+
+class JobPlanner(Protocol):
+    """What turns a job's next step into a task: the kind's defaults, cost and price (the
+    runtime's: the ledger knows no kinds), and the time it is written at."""
+
+    @property
+    def max_items(self) -> int:
+        """The most tasks one ``for_each`` step may fan out to."""
+        ...
+
+    def now(self) -> float: ...
+
+    def task(self, job: Job, start: Start) -> NewTask:
+        """The step's task; raises a FloodwayError for an input its kind refuses."""
+        ...
 
 
 class ChangeReader(Protocol):
@@ -227,6 +289,11 @@ class Store(Protocol):
         """Block until another process may have written (or ``timeout``); True on a change."""
         ...
 
+    async def server_time(self) -> float | None:
+        """The ledger server's clock, which the processes sharing the ledger keep to
+        (:class:`floodway.clock.LedgerClock`); None: the ledger is on this host."""
+        ...
+
     def subscribe(self) -> ChangeReader:
         """A reader of the ledger's changes with a place of its own: it hears every change
         whoever else reads them (the dispatcher's :meth:`wait_for_change` included)."""
@@ -249,7 +316,8 @@ class Store(Protocol):
         ...
 
     async def ended(self, task_ids: Sequence[str]) -> set[str]:
-        """Which of ``task_ids`` are terminal (one read for a whole set of waiters)."""
+        """Which of ``task_ids`` are terminal (one read for a whole set of waiters); a job's id
+        among them is there once the job ended."""
         ...
 
     # -- submit and read -------------------------------------------------------------------
@@ -274,6 +342,10 @@ class Store(Protocol):
 
     async def batch_counts(self, batch_id: str, tenant: str | None) -> dict[str, int]:
         """Tasks of a batch per status (empty: no such batch for this tenant)."""
+        ...
+
+    async def batches(self, tenant: str, limit: int) -> list[BatchCounts]:
+        """The tenant's ``limit`` newest batches (by their newest task), newest first."""
         ...
 
     async def spend(self, query: SpendQuery) -> SpendReport:
@@ -304,6 +376,19 @@ class Store(Protocol):
         """Extend the leases given as (task_id, lease_token); report the ones we lost."""
         ...
 
+    async def worker_beat(self, worker: WorkerInfo, now: float, stale_s: float) -> None:
+        """Record that ``worker`` lives at ``now`` (its row written the first time); forget
+        the workers whose last beat is older than ``stale_s``."""
+        ...
+
+    async def worker_gone(self, owner: str) -> None:
+        """The worker stopped: its row goes."""
+        ...
+
+    async def workers(self, since: float) -> list[WorkerInfo]:
+        """The workers that beat at ``since`` or later, each with the tasks it holds."""
+        ...
+
     async def set_upstream_ref(self, task_id: str, lease_token: str, ref: str, now: float) -> bool:
         """Record the upstream job id durably before waiting on it."""
         ...
@@ -327,6 +412,12 @@ class Store(Protocol):
         """Take the lease of parked tasks due for a poll (the attempt count is unchanged)."""
         ...
 
+    async def hasten_parked(self, kind: str, ratio: float, now: float) -> int:
+        """Bring the next poll of each parked task of ``kind`` forward to at most ``ratio`` x
+        its job's age from ``now`` (news that shortens the schedule: the kind's first job
+        seen finished); how many moved."""
+        ...
+
     async def next_parked_at(self) -> float | None: ...
 
     async def find_upstream(self, kind: str, ref: str) -> Task | None: ...
@@ -337,6 +428,18 @@ class Store(Protocol):
 
     async def callback_result(self, task_id: str, state: str, next_at: float | None) -> None:
         """state: 'delivered', 'failed' (gave up) or 'pending' (try again at ``next_at``)."""
+        ...
+
+    async def due_effects(self, now: float, limit: int) -> list[DueEffect]:
+        """Completions' effects due now (written by the completion, in its transaction)."""
+        ...
+
+    async def effect_done(self, seq: int) -> None:
+        """Delivered (or given up): out of the outbox."""
+        ...
+
+    async def effect_retry(self, seq: int, due_at: float) -> None:
+        """Not delivered: try again at ``due_at`` (one more attempt counted)."""
         ...
 
     # -- requests from people ---------------------------------------------------------------
@@ -413,6 +516,12 @@ class Store(Protocol):
 
     async def take_lead(self, name: str, owner: str, dead: str, now: float, ttl_s: float) -> bool:
         """Take the lead of ``name`` from ``dead`` (known dead), if it still holds it."""
+        ...
+
+    async def probe_write(self, now: float) -> None:
+        """A write the ledger must take (this process's own lease row, renewed): raises
+        :class:`~floodway.core.errors.StoreError` while it takes none (a full disk, a
+        read-only database), which a read alone does not show."""
         ...
 
     # -- liveness: a process's death is seen at once, not after its leases expire ----------

@@ -8,11 +8,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 from floodway.core.errors import StoreError
 from floodway.store.base import Store
+from floodway.store.jobs import JobRecords
 from floodway.store.openai_records import OpenAIRecords
+from floodway.store.tier_records import TierRecords
 
 
-class FullStore(Store, OpenAIRecords, Protocol):
-    """What every ledger is: the core :class:`Store` and the OpenAI records beside it."""
+class FullStore(Store, OpenAIRecords, JobRecords, TierRecords, Protocol):
+    """What every ledger is: the core :class:`Store`, and beside it the OpenAI records, the
+    jobs and the batch tier's records."""
 
 
 def open_store(url: str) -> FullStore:

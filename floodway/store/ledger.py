@@ -11,11 +11,13 @@ The verbs here build parameters and rows; the decisions are the rules'
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from floodway.core.errors import IllegalTransition
+from floodway.core.jobs import JOB_PREFIX
 from floodway.core.outcome import Applied, Completion, Succeeded
 from floodway.core.owners import new_identity
 from floodway.core.spend import Budget, Charge
@@ -23,10 +25,12 @@ from floodway.core.states import TERMINAL, Status, check_transition
 from floodway.core.task import Candidate, NewTask, Submitted, Task
 from floodway.store import rules
 from floodway.store.base import (
+    BatchCounts,
     BatchKey,
     BudgetUse,
     ChangeListener,
     ClaimParams,
+    DueEffect,
     HeartbeatResult,
     Leader,
     Purged,
@@ -40,8 +44,11 @@ from floodway.store.base import (
     TaskChange,
     TaskEvent,
     TaskQuery,
+    WorkerInfo,
+    WorkerTask,
 )
 from floodway.store.group import Write, Written
+from floodway.store.jobs import LedgerJobs
 from floodway.store.openai_records import LedgerOpenAIRecords
 from floodway.store.rows import (
     candidate_from_row,
@@ -52,11 +59,14 @@ from floodway.store.rows import (
     task_from_row,
 )
 from floodway.store.steps import Query, Row, Rule, all_rows, count, one
+from floodway.store.tier_records import LedgerTierRecords
 
 T = TypeVar("T")
+#: how long the row of :meth:`Ledger.probe_write` outlives its last write
+PROBE_TTL_S = 300.0
 
 
-class Ledger(LedgerOpenAIRecords, ABC):
+class Ledger(LedgerOpenAIRecords, LedgerJobs, LedgerTierRecords, ABC):
     url: str
 
     def __init__(self, url: str) -> None:
@@ -85,7 +95,7 @@ class Ledger(LedgerOpenAIRecords, ABC):
         merge: rules.Submission | None = None,
     ) -> T:
         """Run a write; this process's listeners hear of its changes after the commit."""
-        done = await self._commit(Write(rule, wake, merge))
+        done = await self._commit(Write(self.advancing(rule), wake, merge))
         if done.error is not None:
             raise done.error
         if done.changes:
@@ -144,8 +154,12 @@ class Ledger(LedgerOpenAIRecords, ABC):
         return bool(await self._write(rule))
 
     async def ended(self, task_ids: Sequence[str]) -> set[str]:
-        rows = await self._all("attempts_of_ids", ids=list(task_ids))
-        return {r["id"] for r in rows if Status(r["status"]) in TERMINAL}
+        jobs = [i for i in task_ids if i.startswith(JOB_PREFIX)]  # a job's waiters' too
+        rows = await self._all("attempts_of_ids", ids=[i for i in task_ids if i not in jobs])
+        found = {r["id"] for r in rows if Status(r["status"]) in TERMINAL}
+        if jobs:
+            found.update(r["id"] for r in await self._all("jobs_ended", ids=jobs))
+        return found
 
     async def list_tasks(self, query: TaskQuery) -> list[Task]:
         return await self._tasks(list_query(query), **list_params(query))
@@ -171,6 +185,40 @@ class Ledger(LedgerOpenAIRecords, ABC):
         rows = await self._all("batch_counts", batch_id=batch_id, tenant=tenant)
         return {r["status"]: r["count"] for r in rows}
 
+    async def worker_beat(self, worker: WorkerInfo, now: float, stale_s: float) -> None:
+        await self._write(lambda _: rules.worker_beat(worker, now, stale_s))
+
+    async def worker_gone(self, owner: str) -> None:
+        await self._write(lambda _: count("worker_gone", owner=owner))
+
+    async def workers(self, since: float) -> list[WorkerInfo]:
+        held: dict[str, list[WorkerTask]] = {}
+        for r in await self._all("worker_tasks", since=since):
+            task = WorkerTask(r["id"], r["kind"], r["tenant"], int(r["attempts"]), r["attempt_at"])
+            held.setdefault(r["lease_owner"], []).append(task)
+        return [
+            WorkerInfo(
+                owner=r["owner"],
+                host=r["host"],
+                pid=int(r["pid"]),
+                concurrency=int(r["concurrency"]),
+                kinds=tuple(json.loads(r["kinds"])),
+                started_at=float(r["started_at"]),
+                heartbeat_at=float(r["heartbeat_at"]),
+                tasks=tuple(held.get(r["owner"], ())),
+            )
+            for r in await self._all("list_workers", since=since)
+        ]
+
+    async def batches(self, tenant: str, limit: int) -> list[BatchCounts]:
+        found: dict[str, BatchCounts] = {}
+        for r in await self._all("list_batches", tenant=tenant, limit=limit):
+            batch = found.setdefault(
+                r["batch_id"], BatchCounts(r["batch_id"], float(r["created_at"]), {})
+            )
+            batch.counts[r["status"]] = int(r["count"])
+        return list(found.values())
+
     async def spend(self, query: SpendQuery) -> SpendReport:
         params = {"tenant": query.tenant, "kind": query.kind, "since": query.since}
         lines = tuple(
@@ -184,6 +232,8 @@ class Ledger(LedgerOpenAIRecords, ABC):
                 float(r["images"]),
                 int(r["calls"]),
                 int(r["deduped"]),
+                float(r["over_estimate"]),
+                float(r["tier_saved"]),
             )
             for r in await self._all("spend_totals", **params)
         )
@@ -244,6 +294,10 @@ class Ledger(LedgerOpenAIRecords, ABC):
         rows = await self._write(lambda _: all_rows("claim_parked", **args))
         return [task_from_row(r) for r in rows]
 
+    async def hasten_parked(self, kind: str, ratio: float, now: float) -> int:
+        params = {"kind": kind, "ratio": ratio, "now": now}
+        return await self._write(lambda _: count("hasten_parked", **params))
+
     async def next_parked_at(self) -> float | None:
         row = await self._one("next_parked_at")
         return None if row is None else row["at"]
@@ -258,6 +312,19 @@ class Ledger(LedgerOpenAIRecords, ABC):
     async def callback_result(self, task_id: str, state: str, next_at: float | None) -> None:
         params = {"id": task_id, "state": state, "next_at": next_at}
         await self._write(lambda _: count("callback_result", **params))
+
+    async def due_effects(self, now: float, limit: int) -> list[DueEffect]:
+        rows = await self._all("due_effects", now=now, limit=limit)
+        return [
+            DueEffect(r["effect_seq"], r["effect"], r["effect_attempts"], task_from_row(r))
+            for r in rows
+        ]
+
+    async def effect_done(self, seq: int) -> None:
+        await self._write(lambda _: count("effect_done", seq=seq))
+
+    async def effect_retry(self, seq: int, due_at: float) -> None:
+        await self._write(lambda _: count("effect_retry", seq=seq, due_at=due_at))
 
     # -- requests from people ------------------------------------------------------------
     async def request_cancel(self, task_id: str, tenant: str | None, now: float) -> Task:
@@ -318,6 +385,10 @@ class Ledger(LedgerOpenAIRecords, ABC):
     async def try_lead(self, name: str, owner: str, now: float, ttl_s: float) -> bool:
         params = {"name": name, "owner": owner, "now": now, "expires_at": now + ttl_s}
         return await self._write(lambda _: one("try_lead", **params)) is not None
+
+    async def probe_write(self, now: float) -> None:
+        # Owned as ``identity:role`` like the leader leases, so it goes with the process.
+        await self.try_lead(f"probe:{self.identity}", f"{self.identity}:probe", now, PROBE_TTL_S)
 
     async def leader(self, name: str) -> Leader | None:
         row = await self._one("leader", name=name)

@@ -9,8 +9,9 @@ from importlib import resources
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
 
-#: every backend's query files: the task ledger's, and the OpenAI Batch API's files and batches
-QUERY_FILES = ("queries.sql", "openai.sql")
+#: every backend's query files: the task ledger's, the OpenAI Batch API's files and batches, and
+#: multi-step jobs', and the provider batches of the batch tier
+QUERY_FILES = ("queries.sql", "openai.sql", "jobs.sql", "tiers.sql")
 
 
 def load_queries(package: str) -> dict[str, str]:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from floodway.core.jobs import Instance, Job, JobSpec, JobState, JobStatus
 from floodway.core.outcome import Completion
 from floodway.core.states import TERMINAL, Status
 from floodway.core.task import Candidate, ErrorInfo, Lane, NewTask, Task
@@ -42,6 +43,7 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
         cost_estimated=row["cost_estimated"],
         cost_actual=row["cost_actual"],
         spend_hold=row["spend_hold"],
+        over_estimate=row["over_estimate"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         started_at=row["started_at"],
@@ -51,6 +53,7 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
         metadata=loads(row["metadata"]) or {},
         callback_url=row["callback_url"],
         batch_id=row["batch_id"],
+        tier=row["tier"],
         lease_owner=row["lease_owner"],
         lease_token=row["lease_token"],
         lease_expires_at=row["lease_expires_at"],
@@ -64,6 +67,62 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
         callback_attempts=row["callback_attempts"],
         seq=row["seq"],
     )
+
+
+def job_from_row(row: Mapping[str, Any]) -> Job:
+    return Job(
+        id=row["id"],
+        tenant=row["tenant"],
+        status=JobStatus(row["status"]),
+        lane=Lane(row["lane"]),
+        spec=JobSpec.from_json(loads(row["spec"])),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        deadline_s=row["deadline_s"],
+        deadline_at=row["deadline_at"],
+        finished_at=row["finished_at"],
+        metadata=loads(row["metadata"]) or {},
+        callback_url=row["callback_url"],
+        callback_state=row["callback_state"],
+        callback_attempts=row["callback_attempts"],
+        result=loads(row["result"]),
+        error=loads(row["error"]),
+        seq=row["seq"],
+    )
+
+
+def job_params(job: Job, now: float) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "tenant": job.tenant,
+        "lane": job.lane.value,
+        "spec": dumps(job.spec.to_json()),
+        "deadline_s": job.deadline_s,
+        "deadline_at": job.deadline_at,
+        "metadata": dumps(job.metadata),
+        "callback_url": job.callback_url,
+        "now": now,
+    }
+
+
+def instance_from_row(row: Mapping[str, Any]) -> Instance:
+    return Instance(
+        row["idx"],
+        row["task_id"],
+        Status(row["status"]),
+        loads(row["result"]),
+        ErrorInfo.from_json(loads(row["error"])),
+    )
+
+
+def job_state_from(
+    sizes: Sequence[Mapping[str, Any]], tasks: Sequence[Mapping[str, Any]]
+) -> JobState:
+    """A job's state from its ``job_sizes`` and ``job_tasks`` rows."""
+    found: dict[str, list[Instance]] = {}
+    for r in tasks:
+        found.setdefault(r["step"], []).append(instance_from_row(r))
+    return JobState({r["step"]: r["size"] for r in sizes}, found)
 
 
 def insert_params(task_id: str, new: NewTask, now: float) -> dict[str, Any]:
@@ -84,6 +143,7 @@ def insert_params(task_id: str, new: NewTask, now: float) -> dict[str, Any]:
         "metadata": dumps(new.metadata or {}),
         "callback_url": new.callback_url,
         "batch_id": new.batch_id,
+        "tier": new.tier,
     }
 
 
@@ -92,7 +152,7 @@ def candidate_from_row(row: Mapping[str, Any]) -> Candidate:
         row["id"],
         row["kind"],
         row["tenant"],
-        Lane(row["lane"]),
+        Lane.of_rank(row["lane_rank"]),
         row["cost_estimated"],
         row["seq"],
         row["created_at"],

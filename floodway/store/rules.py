@@ -32,13 +32,28 @@ from enum import Enum
 from functools import cached_property
 from typing import Any
 
+from floodway.core.changes import ended_for_waiters
 from floodway.core.errors import (
     AdmissionRefused,
     AttemptStillOpen,
     BudgetExceeded,
+    FloodwayError,
     IdempotencyConflict,
     IllegalTransition,
+    InvalidJob,
+    JobNotFound,
     TaskNotFound,
+)
+from floodway.core.jobs import (
+    STEP_PREFIX,
+    End,
+    Instance,
+    Job,
+    JobState,
+    JobStatus,
+    Start,
+    next_moves,
+    planning_failed,
 )
 from floodway.core.outcome import Applied, Completion, Succeeded
 from floodway.core.spend import Budget, Charge, possibly_billed
@@ -48,15 +63,20 @@ from floodway.store.base import (
     BatchKey,
     ClaimParams,
     HeartbeatResult,
+    JobPlanner,
     Purged,
     Retention,
     TaskChange,
+    WorkerInfo,
 )
 from floodway.store.rows import (
     claim_args,
     completion_params,
     dumps,
     insert_params,
+    job_from_row,
+    job_params,
+    job_state_from,
     task_from_row,
 )
 from floodway.store.steps import Ask, Row, Rule, all_rows, ask, count, each, one
@@ -168,8 +188,10 @@ def _insert_row(task_id: str, new: NewTask, now: float) -> dict[str, Any]:
     return params
 
 
-def submit_one(new: NewTask, now: float, changes: list[TaskChange]) -> Rule[Submitted]:
-    task_id = new_id(now)
+def submit_one(
+    new: NewTask, now: float, changes: list[TaskChange], prefix: str = "t"
+) -> Rule[Submitted]:
+    task_id = new_id(now, prefix=prefix)
     expired = False
     if new.request_key is not None:
         found = yield from _reserve_key(
@@ -310,6 +332,8 @@ def record_spend(charges: Sequence[tuple[str, Charge | None]], now: float) -> Ru
             "input_tokens": charge.usage.input_tokens,
             "output_tokens": charge.usage.output_tokens,
             "images": charge.usage.images,
+            "tier": charge.tier,
+            "tier_saved": charge.tier_saved,
             "possibly": charge.possibly,
         }
         for task_id, charge in charges
@@ -317,6 +341,7 @@ def record_spend(charges: Sequence[tuple[str, Charge | None]], now: float) -> Ru
     ]
     if rows:
         yield from count("insert_spend", rows=rows, at=now)
+        yield from count("note_over_estimate", rows=rows)
 
 
 def record_saved(pairs: Sequence[tuple[str, str]], now: float) -> Rule[None]:
@@ -324,6 +349,13 @@ def record_saved(pairs: Sequence[tuple[str, str]], now: float) -> Rule[None]:
     if pairs:
         rows = [{"task_id": task_id, "source": source} for task_id, source in pairs]
         yield from count("insert_saved", rows=rows, at=now)
+
+
+def record_effects(landed: Sequence[Completion], now: float) -> Rule[None]:
+    """The effects of the completions that landed, in the outbox, in their transaction."""
+    rows = [{"task_id": i.task_id, "effect": effect} for i in landed for effect in i.effects]
+    if rows:
+        yield from count("insert_effects", rows=rows, now=now)
 
 
 # -- the work rule --------------------------------------------------------------------------
@@ -454,6 +486,7 @@ def complete(
     moved = {r["id"]: r for r in (yield from complete_many(given, now))}
     # Before the work is released: a deduped waiter's saving is the cost written here.
     yield from record_spend([(i.task_id, i.charge) for i in items if i.task_id in moved], now)
+    yield from record_effects([i for i in items if i.task_id in moved], now)
     missed = [i for i in items if i.task_id not in moved]
     found: dict[str, Row] = {}
     if missed:
@@ -487,6 +520,7 @@ def complete_one(item: Completion, now: float, changes: list[TaskChange]) -> Rul
     yield from event(item.task_id, item.to, now, row["attempts"], _detail(item))
     changes.append(TaskChange(item.task_id, item.to, row["tenant"]))
     yield from record_spend([(item.task_id, item.charge)], now)
+    yield from record_effects([item], now)
     freed: tuple[str, ...] = ()
     if item.closes_attempt:
         freed = yield from release_work(
@@ -587,6 +621,168 @@ def close_attempt(
     return (yield from release_work(task_id, row["fingerprint"], to, value, now, changes))
 
 
+# -- jobs -------------------------------------------------------------------------------------
+# A job's next steps are written in the transaction that ends the task they wait for: every
+# write ends with advance_jobs over the tasks it ended (the ledger runs it after each rule).
+
+
+_STEP = STEP_PREFIX.removesuffix("_")
+
+
+def submit_job(
+    job: Job, planner: JobPlanner, budget: Budget | None, changes: list[TaskChange]
+) -> Rule[tuple[Job, JobState]]:
+    """A job and its first steps' tasks, or nothing: a step whose input its kind refuses is
+    InvalidJob naming it, and the tasks' holds must fit the tenant's budget."""
+    now = planner.now()
+    yield from count("insert_job", **job_params(job, now))
+    created = yield from advance_job(job.id, planner, changes, strict=True)
+    needed = sum(t.spend_hold for t in created if not t.terminal)
+    if budget is not None and needed > 0:
+        yield from _check_budget(job.tenant, budget, now, needed)
+    return (yield from load_job(job.id)), (yield from job_state(job.id))
+
+
+def load_job(job_id: str, tenant: str | None = None, *, lock: bool = False) -> Rule[Job]:
+    row = yield from one("lock_job" if lock else "get_job", id=job_id)
+    if row is None or (tenant is not None and row["tenant"] != tenant):
+        raise JobNotFound(job_id)
+    return job_from_row(row)
+
+
+def job_state(job_id: str) -> Rule[JobState]:
+    sizes = yield from all_rows("job_sizes", job_id=job_id)
+    return job_state_from(sizes, (yield from all_rows("job_tasks", job_id=job_id)))
+
+
+def advance_jobs(planner: JobPlanner, changes: list[TaskChange]) -> Rule[None]:
+    """Each job a task of ``changes`` ended belongs to takes its next steps."""
+    ended = [
+        c.task_id for c in changes if c.status in TERMINAL and c.task_id.startswith(STEP_PREFIX)
+    ]
+    if not ended:
+        return
+    for row in (yield from all_rows("jobs_of_tasks", ids=ended)):
+        yield from advance_job(row["job_id"], planner, changes)
+
+
+def advance_job(
+    job_id: str, planner: JobPlanner, changes: list[TaskChange], *, strict: bool = False
+) -> Rule[list[Task]]:
+    """A running job's next moves (core/jobs.py: next_moves), written: the steps that may
+    start now, each task under the step's work key; or the job's end. ``strict`` (a submit):
+    a step that cannot start raises InvalidJob instead of failing the job. The tasks written."""
+    job = yield from load_job(job_id, lock=True)
+    if job.ended:
+        return []
+    state = yield from job_state(job_id)
+    now = planner.now()
+    created: list[Task] = []
+    while True:
+        moves = next_moves(job.spec, state, now, job.deadline_at, planner.max_items)
+        end = moves.end
+        news: list[tuple[Start, NewTask]] = []
+        for start in () if end is not None else moves.start:
+            try:
+                news.append((start, planner.task(job, start)))
+            except FloodwayError as exc:  # its kind refuses the input the step was given
+                end = planning_failed(start.step, str(exc))
+                break
+        if end is not None:
+            if strict and end.error is not None and "reason" in end.error:
+                raise InvalidJob(str(end.error["step"]), str(end.error["reason"]))
+            yield from _end_job(job, end, now, changes)
+            return created
+        if not moves.expand:
+            return created
+        sizes = dict(state.sizes)
+        tasks = {s.name: list(state.tasks.get(s.name, ())) for s in job.spec.steps}
+        for name, size in moves.expand:
+            yield from count("insert_job_step", job_id=job_id, step=name, size=size, now=now)
+            sizes[name] = size
+        for start, new in news:
+            task = (yield from submit_one(new, now, changes, _STEP)).task
+            yield from count(
+                "insert_job_task", task_id=task.id, job_id=job_id, step=start.step, idx=start.index
+            )
+            tasks[start.step].append(
+                Instance(start.index, task.id, task.status, task.result, task.error)
+            )
+            created.append(task)
+        state = JobState(sizes, tasks)
+
+
+def _end_job(job: Job, end: End, now: float, changes: list[TaskChange]) -> Rule[None]:
+    ended = yield from count(
+        "end_job",
+        id=job.id,
+        status=end.status.value,
+        result=dumps(end.result),
+        error=dumps(end.error),
+        now=now,
+    )
+    if ended:  # who waits for the job hears of its end as of a task's (its statuses are theirs)
+        changes.append(TaskChange(job.id, Status(end.status.value), job.tenant))
+
+
+def cancel_job(
+    job_id: str, tenant: str | None, now: float, changes: list[TaskChange]
+) -> Rule[list[str]]:
+    """End a running job as cancelled, then cancel its tasks that have not ended (under the
+    rules for calls in flight: :func:`cancel`). The ids of the tasks asked to stop."""
+    job = yield from load_job(job_id, tenant, lock=True)
+    if job.ended:
+        raise IllegalTransition(job.status.value, "cancelled", "the job has ended already")
+    end = End(JobStatus.CANCELLED, error={"step": None, "message": "cancelled by request"})
+    yield from _end_job(job, end, now, changes)
+    asked = []
+    for row in (yield from all_rows("job_tasks", job_id=job_id)):
+        if Status(row["status"]) in TERMINAL:
+            continue
+        try:
+            yield from cancel(row["task_id"], None, now, changes)
+        except IllegalTransition:  # it ended meanwhile
+            continue
+        asked.append(row["task_id"])
+    return asked
+
+
+def retry_job(
+    job_id: str,
+    tenant: str | None,
+    planner: JobPlanner,
+    budget: Budget | None,
+    changes: list[TaskChange],
+) -> Rule[Job]:
+    """A failed job runs again from where it failed: its failed, dead, timed-out and
+    cancelled tasks run again under the same work keys (:func:`manual_retry`: a call that
+    succeeded late is taken, not paid twice), and then the steps that wait for them; what
+    succeeded stays. Its deadline starts again."""
+    job = yield from load_job(job_id, tenant, lock=True)
+    if job.status is not JobStatus.FAILED:
+        raise IllegalTransition(job.status.value, "running", "only a failed job is retried")
+    now = planner.now()
+    yield from count("reopen_job", id=job_id, now=now)
+    job = yield from load_job(job_id)
+    for row in (yield from all_rows("job_tasks", job_id=job_id)):
+        status = Status(row["status"])
+        if status is Status.CANCELLED:  # no way back from cancelled: a new task, same work
+            old = yield from load(row["task_id"])
+            start = Start(row["step"], row["idx"], old.input, _share(job, row["step"], now))
+            task = (yield from submit_one(planner.task(job, start), now, changes, _STEP)).task
+            yield from count("replace_job_task", task_id=old.id, new_task_id=task.id)
+        elif status in (Status.FAILED, Status.DEAD, Status.TIMEOUT):
+            yield from manual_retry(row["task_id"], None, now, changes, budget)
+    yield from advance_job(job_id, planner, changes)
+    return (yield from load_job(job_id))
+
+
+def _share(job: Job, step: str, now: float) -> float | None:
+    if job.deadline_at is None:
+        return None
+    return max(job.deadline_at - now, 0.0) / job.spec.chain_length(step) or None
+
+
 def orphan_attempt(task_id: str, token: str, until: float, now: float) -> Rule[bool]:
     return bool((yield from count("orphan_attempt", id=task_id, token=token, until=until, now=now)))
 
@@ -600,6 +796,22 @@ def heartbeat(
     lost = tuple(task_id for task_id, _ in leases if task_id not in held)
     cancel = tuple(task_id for task_id, _ in leases if held.get(task_id))
     return HeartbeatResult(lost, cancel)
+
+
+def worker_beat(worker: WorkerInfo, now: float, stale_s: float) -> Rule[None]:
+    """A worker's row written (its heartbeat, the rest the first time); the rows of workers
+    silent for ``stale_s`` (they died without saying so) dropped."""
+    yield from count(
+        "worker_beat",
+        owner=worker.owner,
+        host=worker.host,
+        pid=worker.pid,
+        concurrency=worker.concurrency,
+        kinds=dumps(list(worker.kinds)),
+        started_at=worker.started_at,
+        now=now,
+    )
+    yield from count("drop_stale_workers", stale=now - stale_s)
 
 
 # -- dispatch and retention ------------------------------------------------------------------
@@ -638,6 +850,8 @@ def purge(retention: Retention) -> Rule[Purged]:
     keys = yield from count("purge_keys", now=retention.now)
     yield from count("purge_spend", before=rows_before)
     yield from count("purge_streams", before=results_before)
+    for jobs in ("purge_job_tasks", "purge_job_steps", "purge_jobs"):  # a job, as its tasks
+        yield from count(jobs, before=rows_before)
     return Purged(cleared, deleted, keys)
 
 
@@ -761,14 +975,7 @@ def cancel(task_id: str, tenant: str | None, now: float, changes: list[TaskChang
         # The task ends now; its call, sent already, is read to its end by its worker (the
         # provider bills it all the same): the answer is recorded, billed and kept for the
         # work, and the provider slot is given back only then (core/hangup.py).
-        item = Completion(
-            task_id,
-            Status.CANCELLED,
-            Status.RUNNING,
-            task.lease_token,
-            error=error,
-            keep_attempt=True,
-        )
+        item = ended_for_waiters(task, Status.CANCELLED, error)
         if not (yield from complete_one(item, now, changes)).applied:
             raise IllegalTransition(task.status, Status.CANCELLED, "the task changed meanwhile")
         return (yield from load(task_id))

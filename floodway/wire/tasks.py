@@ -54,8 +54,12 @@ class ErrorOut(BaseModel):
 
 
 class CostOut(BaseModel):
-    estimated: float
-    actual: float | None = None
+    estimated: float = Field(description="the kind's estimate, in its metered unit")
+    actual: float | None = Field(None, description="what its calls used, in the same unit")
+    held: float = Field(0.0, description="its estimate priced: what a budget admitted it at")
+    over_estimate: float = Field(
+        0.0, description="what its calls cost above what it was admitted at"
+    )
 
 
 class TaskOut(BaseModel):
@@ -73,6 +77,8 @@ class TaskOut(BaseModel):
     duplicate_of: str | None = None
     upstream_ref: str | None = None
     cost: CostOut
+    #: the provider tier it is sent on: "sync", "flex" or "batch" (null: not chosen yet)
+    tier: str | None = None
     created_at: datetime
     updated_at: datetime
     started_at: datetime | None = None
@@ -112,7 +118,13 @@ def task_out(task: Task) -> TaskOut:
         idempotency_key=task.request_key,
         duplicate_of=task.duplicate_of,
         upstream_ref=printable(task.upstream_ref),
-        cost=CostOut(estimated=task.cost_estimated, actual=task.cost_actual),
+        cost=CostOut(
+            estimated=task.cost_estimated,
+            actual=task.cost_actual,
+            held=task.spend_hold,
+            over_estimate=task.over_estimate,
+        ),
+        tier=task.tier,
         created_at=timestamp(task.created_at) or datetime.fromtimestamp(0, UTC),
         updated_at=timestamp(task.updated_at) or datetime.fromtimestamp(0, UTC),
         started_at=timestamp(task.started_at),
@@ -152,6 +164,9 @@ def task_from_json(data: Mapping[str, Any]) -> Task:
         upstream_ref=data.get("upstream_ref"),
         cost_estimated=float(cost.get("estimated") or 0.0),
         cost_actual=cost.get("actual"),
+        spend_hold=float(cost.get("held") or 0.0),
+        over_estimate=float(cost.get("over_estimate") or 0.0),
+        tier=data.get("tier"),
         created_at=epoch(data.get("created_at")) or 0.0,
         updated_at=epoch(data.get("updated_at")) or 0.0,
         started_at=epoch(data.get("started_at")),
@@ -185,6 +200,7 @@ def submit_body(request: SubmitRequest) -> dict[str, Any]:
         "deadline_s": r.deadline_s,
         "callback_url": r.callback_url,
         "metadata": r.metadata,
+        "tier": r.tier,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return body

@@ -11,10 +11,11 @@ import jsonschema
 
 from floodway.clock import Clock
 from floodway.context import Context
+from floodway.core import changes
 from floodway.core.errors import InvalidOutput
 from floodway.core.outcome import Cancelled, Failed, Outcome, Parked, Succeeded
 from floodway.core.retry import RetryPolicy
-from floodway.core.task import ErrorClass, ErrorInfo
+from floodway.core.task import JSON, ErrorClass, ErrorInfo
 from floodway.kinds import KindSpec
 
 
@@ -55,16 +56,22 @@ async def execute(spec: KindSpec, ctx: Context, policy: RetryPolicy, clock: Cloc
         return dataclasses.replace(policy.classify(exc), usage=ctx.usage)
     if isinstance(result, Parked):
         return result  # an upstream job: its result is checked when the job ends
+    return checked_result(spec, policy, result, ctx.usage)
+
+
+def checked_result(
+    spec: KindSpec, policy: RetryPolicy, result: JSON, usage: float | None
+) -> Succeeded | Failed:
+    """A handler's (or a polled upstream job's) result against the kind's output schema: an
+    invalid output counts toward poison."""
     if spec.output_schema is not None:
         try:
             jsonschema.validate(result, spec.output_schema)
         except jsonschema.ValidationError as exc:
             failed = policy.classify(InvalidOutput(f"output fails the schema: {exc.message}"))
-            return Failed(failed.error, usage=ctx.usage)
-    return Succeeded(result, ctx.usage)
+            return Failed(failed.error, usage=usage)
+    return Succeeded(result, usage)
 
 
 def _deadline_outcome(ctx: Context) -> Failed:
-    return Failed(
-        ErrorInfo(ErrorClass.TIMEOUT, "deadline", "the task's deadline passed"), usage=ctx.usage
-    )
+    return Failed(changes.DEADLINE_PASSED, usage=ctx.usage)

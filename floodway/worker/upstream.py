@@ -28,14 +28,11 @@ import heapq
 import logging
 import random
 from collections.abc import Mapping
-from typing import Any
-
-import jsonschema
 
 from floodway.clock import wait_event
 from floodway.context import Context
-from floodway.core.errors import InvalidOutput
-from floodway.core.outcome import Completion, Failed, Outcome, Succeeded
+from floodway.core import changes
+from floodway.core.outcome import Completion, Failed, Outcome
 from floodway.core.retry import RetryPolicy
 from floodway.core.states import Status
 from floodway.core.task import JSON, ErrorClass, ErrorInfo, Task, new_token
@@ -43,6 +40,7 @@ from floodway.kinds import KindSpec
 from floodway.limits.base import Permit, Settlement
 from floodway.runtime import Runtime
 from floodway.store.base import ClaimParams
+from floodway.worker.executor import checked_result
 
 log = logging.getLogger("floodway.upstream")
 
@@ -53,13 +51,7 @@ def job_outcome(
     """What a finished or failed upstream job means for its task. The output schema is checked
     here because a polled result never passes through the executor."""
     if state == "done":
-        if spec.output_schema is not None:
-            try:
-                jsonschema.validate(value, spec.output_schema)
-            except jsonschema.ValidationError as exc:
-                bad = policy.classify(InvalidOutput(f"output fails the schema: {exc.message}"))
-                return Failed(bad.error, usage=usage)
-        return Succeeded(value, usage)
+        return checked_result(spec, policy, value, usage)
     if state == "failed":
         message = str(value) if value is not None else "the upstream job failed"
         return Failed(ErrorInfo(ErrorClass.RETRYABLE, "upstream_failed", message), usage=usage)
@@ -89,7 +81,6 @@ async def finish_upstream(
         still_running_s=None if item.orphan_until is None else item.orphan_until - now,
     )
     await runtime.admission.settle(permit_of(runtime, task), settlement, runtime.clock.now())
-    await runtime.after_completion(task, item, applied)
     return True
 
 
@@ -276,10 +267,26 @@ class UpstreamPoller:
                 await self._reschedule(task, spec, ctx, ref, asked_at)
                 return
             if state == "done" and task.started_at is not None:
-                spec.poll.schedule.observe(task.started_at, asked_at)
+                schedule = spec.poll.schedule
+                if schedule.observe(task.started_at, asked_at):
+                    await self._hasten(task.kind, schedule.ratio)
             outcome = job_outcome(spec, runtime.policy, state, value, ctx.usage)
         item = runtime.decide(task, outcome, runtime.clock.now(), ctx.billed, self._rng)
         await finish_upstream(runtime, task, item, usage=ctx.usage, headers=ctx.response_headers)
+
+    async def _hasten(self, kind: str, ratio: float) -> None:
+        """The kind's first job seen finished: its parked jobs, polled on cold gaps so far,
+        are due on the schedule of their age (best effort: the cold gaps stand otherwise)."""
+        runtime = self.runtime
+        try:
+            moved = await runtime.store.hasten_parked(kind, ratio, runtime.clock.now())
+        except Exception:
+            log.warning("could not bring the polls of %s forward", kind, exc_info=True)
+            return
+        if moved:
+            self._store_next = None
+            self._store_checked_at = float("-inf")  # look again: some are due sooner now
+            self.wake()
 
     async def _reschedule(
         self,
@@ -298,11 +305,13 @@ class UpstreamPoller:
         # Within the claim batch window of the deadline counts as there: polling again a few
         # milliseconds before it would only spend polls.
         if task.deadline_at is not None and now + self.batch_s >= task.deadline_at:
-            await self._give_up(task, spec, ctx, ref, "deadline", "the task's deadline passed")
+            await self._give_up(task, spec, ctx, ref, changes.DEADLINE_PASSED)
             return
         if polls >= spec.poll_max_attempts:
             reason = f"the upstream job {ref} was still running after {polls} polls"
-            await self._give_up(task, spec, ctx, ref, "poll_limit", reason)
+            await self._give_up(
+                task, spec, ctx, ref, ErrorInfo(ErrorClass.TIMEOUT, "poll_limit", reason)
+            )
             return
         # The job's age: since the task first started (the submit follows within moments).
         age = asked_at - (task.started_at if task.started_at is not None else asked_at)
@@ -330,16 +339,17 @@ class UpstreamPoller:
         )
         if not parked:  # a webhook finished it, or the sweeper took it back: not ours anymore
             return
-        # The provider is still working: keep (renew) its slot.
-        keep = Settlement(headers=dict(headers or {}), keep_slot=True)
-        await runtime.admission.settle(permit_of(runtime, task), keep, runtime.clock.now())
+        spec = runtime.kinds.get(task.kind)
+        if spec.poll is not None and spec.poll.holds_slots:
+            # The provider is still working: keep (renew) its slot.
+            keep = Settlement(headers=dict(headers or {}), keep_slot=True)
+            await runtime.admission.settle(permit_of(runtime, task), keep, runtime.clock.now())
         self.wake(at)
 
     async def _give_up(
-        self, task: Task, spec: KindSpec, ctx: Context, ref: str, kind: str, message: str
+        self, task: Task, spec: KindSpec, ctx: Context, ref: str, error: ErrorInfo
     ) -> None:
         stopped = await self._cancel_upstream(spec, ctx, ref)  # stop paying for unread work
-        error = ErrorInfo(ErrorClass.TIMEOUT, kind, message)
         item = self._give_up_on(task, spec, stopped, Status.TIMEOUT, error)
         await finish_upstream(self.runtime, task, item, headers=ctx.response_headers)
 
@@ -351,18 +361,11 @@ class UpstreamPoller:
         taken, in this process and in the one started after a crash, and the same work waits
         for it, with a last look-up for its late success)."""
         now = self.runtime.clock.now()
-        orphan_until = None if stopped else now + spec.longest_call_s
-        return self._write(task, to, error=error, orphan_until=orphan_until)
+        return changes.orphaned(task, to, error, None if stopped else now + spec.longest_call_s)
 
     async def _hand_back(self, task: Task, message: str) -> None:
         error = ErrorInfo(ErrorClass.INTERRUPTED, "not_pollable", message)
-        item = self._write(
-            task,
-            Status.RETRYING,
-            error=error,
-            next_attempt_at=self.runtime.clock.now(),
-            refund_attempt=True,
-        )
+        item = changes.handed_back(task, self.runtime.clock.now(), error)
         await finish_upstream(self.runtime, task, item)
 
     async def _cancel_upstream(self, spec: KindSpec, ctx: Context, ref: str) -> bool:
@@ -374,7 +377,3 @@ class UpstreamPoller:
         except Exception as exc:  # best effort: the task ends either way
             log.info("task %s: cancelling upstream job %s failed: %s", ctx.task_id, ref, exc)
             return False
-
-    @staticmethod
-    def _write(task: Task, to: Status, **fields: Any) -> Completion:
-        return Completion(task.id, to, Status.RUNNING, task.lease_token, **fields)

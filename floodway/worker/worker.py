@@ -19,15 +19,18 @@ import dataclasses
 import heapq
 import itertools
 import logging
+import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
 from floodway.clock import wait_event
 from floodway.config import WorkerConfig
 from floodway.context import Context
+from floodway.core import changes
 from floodway.core.errors import Unavailable
 from floodway.core.hangup import Provider, Why, held_until, on_hang_up
-from floodway.core.outcome import Completion, Failed, Parked, from_running
+from floodway.core.outcome import Applied, Completion, Failed, Parked
 from floodway.core.owners import owner_name
 from floodway.core.spend import possibly_billed
 from floodway.core.states import Status
@@ -35,7 +38,7 @@ from floodway.core.task import ErrorClass, ErrorInfo, Task, new_token
 from floodway.kinds import UNBOUNDED_CALL_S
 from floodway.limits.base import Permit, Settlement
 from floodway.runtime import Runtime
-from floodway.store.base import ClaimParams, ReadyQuery
+from floodway.store.base import ClaimParams, ReadyQuery, WorkerInfo
 from floodway.worker.completer import Completer
 from floodway.worker.executor import execute
 from floodway.worker.upstream import UpstreamPoller
@@ -43,8 +46,14 @@ from floodway.worker.upstream import UpstreamPoller
 log = logging.getLogger("floodway.worker")
 
 _DEFAULTS = WorkerConfig()
+#: a worker writes its row (GET /v1/workers) this often; a row silent for a day is dropped
+WORKER_BEAT_S = 5.0
+WORKER_STALE_S = 86400.0
 #: open attempts whose provider slots a starting worker holds again, at most
 OPEN_ATTEMPTS_HELD = 10_000
+#: the pause before an outcome the ledger did not take is written again (doubling), at most
+OUTCOME_RETRY_FIRST_S = 0.05
+OUTCOME_RETRY_LONGEST_S = 2.0
 
 
 @dataclass
@@ -96,13 +105,19 @@ class Worker:
         self._slots = asyncio.Semaphore(self.options.concurrency)
         #: tasks of ``running`` whose handler has returned: their outcome is being written
         self._writing = 0
+        #: outcomes the ledger did not take, held and tried again (they count as running)
+        self._unwritten = 0
         self._stopping = asyncio.Event()
+        #: stopped past the grace period: outcomes the ledger does not take are let go
+        self._torn_down = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._confirming: set[asyncio.Task[None]] = set()
         #: the last pass admitted nothing: until then, look at the slot counts before listing
         #: again (None: not blocked)
         self._blocked_until: float | None = None
+        #: the last claim took every ready task: nothing waits for a slot
+        self._nothing_waits = False
         self.completed = 0
         self.completer = Completer(runtime.store, runtime.clock)
         #: retries this worker scheduled (a heap of due times): the idle wait ends at the
@@ -126,6 +141,7 @@ class Worker:
             asyncio.create_task(self._dispatch_loop(), name="floodway-dispatch"),
             asyncio.create_task(self._heartbeat_loop(), name="floodway-heartbeat"),
             asyncio.create_task(self.poller.run(), name="floodway-upstream"),
+            asyncio.create_task(self._beat_loop(), name="floodway-worker-beat"),
         ]
 
     async def stop(self, grace_s: float | None = None) -> None:
@@ -137,12 +153,14 @@ class Worker:
             loop.cancel()
         grace = self.options.grace_s if grace_s is None else grace_s
         jobs = [r.job for r in self.running.values() if r.job is not None]
+        pending: set[asyncio.Task[None]] = set()
         if jobs:
             _, pending = await asyncio.wait(jobs, timeout=grace)
-            for job in pending:
-                job.cancel()
-            if pending:
-                await asyncio.wait(pending)
+        self._torn_down.set()
+        for job in pending:
+            job.cancel()
+        if pending:
+            await asyncio.wait(pending)
         if self._confirming:
             await asyncio.wait(self._confirming)
         for loop in self._loops:
@@ -150,6 +168,10 @@ class Worker:
         for loop in self._loops:
             with contextlib.suppress(asyncio.CancelledError):
                 await loop
+        try:
+            await self.runtime.store.worker_gone(self.owner)
+        except Exception as exc:  # its row goes stale and is dropped in a day
+            log.warning("could not remove worker %s from the ledger: %s", self.owner, exc)
 
     async def _hold_open_attempts(self) -> None:
         """In-process limits start empty: a process that restarts after a crash would
@@ -161,6 +183,8 @@ class Worker:
             if task.kind not in runtime.kinds:
                 continue
             spec = runtime.kinds.get(task.kind)
+            if task.parked and spec.poll is not None and not spec.poll.holds_slots:
+                continue  # a line of a provider batch: no call of its own in flight
             if task.parked:  # its job runs upstream: held until its poll or callback ends it
                 until = runtime.clock.now() + UNBOUNDED_CALL_S
             elif task.lease_owner is None:  # its worker died: held until its call could end
@@ -220,6 +244,9 @@ class Worker:
         return min(concurrency - running, 2 * concurrency - len(self.running))
 
     async def _idle_wait(self) -> None:
+        """Free slots and nothing claimable: wait for work (a submit or a change anywhere,
+        a provider slot given back, a retry due). A slot of this worker freed meanwhile is
+        no reason to look again: there were free ones already."""
         runtime = self.runtime
         timeout = self.options.idle_poll_s
         now = runtime.clock.now()
@@ -234,13 +261,11 @@ class Worker:
             wait_event(runtime.clock, runtime.hub.work_available, timeout)
         )
         remote = asyncio.ensure_future(runtime.store.wait_for_change(timeout))
-        freed = asyncio.ensure_future(self._slot_freed.wait())
         try:
-            await asyncio.wait({local, remote, freed}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({local, remote}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for f in (local, remote, freed):
+            for f in (local, remote):
                 f.cancel()
-            self._slot_freed.clear()
 
     async def _claim(self, limit: int) -> int:
         runtime = self.runtime
@@ -260,12 +285,15 @@ class Worker:
             blocked = self._blocked_until is not None and now < self._blocked_until
             if blocked and await runtime.admission.saturated(kinds):
                 return 0
-            ready = await runtime.store.ready(ReadyQuery(kinds, now, max(limit, 16)))
+            listed = max(limit, 16)
+            ready = await runtime.store.ready(ReadyQuery(kinds, now, listed))
             if not ready:
                 self._blocked_until = None
+                self._nothing_waits = True
                 return 0
             admitted = await runtime.admission.admit(ready, now, limit=limit)
             permits = {p.task_id: p for p in admitted}
+            self._nothing_waits = len(ready) < listed and len(permits) == len(ready)
             if not permits:
                 self._blocked_until = now + self.options.idle_poll_s
                 return 0
@@ -288,6 +316,8 @@ class Worker:
             for permit in permits.values():
                 await runtime.admission.release(permit, now)
             raise
+        if not runtime.admission.limited:
+            self._nothing_waits = len(tasks) < limit
         got = {t.id for t in tasks}
         for task_id, permit in permits.items():
             if task_id not in got:
@@ -325,6 +355,7 @@ class Worker:
                 await self._hand_back(run)
                 return
             try:
+                run.permit = await runtime.admission.sending(run.permit)
                 try:
                     outcome = await execute(spec, run.ctx, runtime.policy, runtime.clock)
                 except asyncio.CancelledError:
@@ -352,8 +383,11 @@ class Worker:
             message = f"the handler parked on {outcome.ref}, but kind {spec.name!r} has no poll"
             outcome = Failed(ErrorInfo(ErrorClass.FATAL, "not_pollable", message))
         runtime.upstream_counts.record(outcome)
-        item = runtime.decide(run.task, outcome, runtime.clock.now(), run.ctx.billed)
+        now = runtime.clock.now()
+        item = runtime.decide(run.task, outcome, now, run.ctx.billed)
         failed = outcome if isinstance(outcome, Failed) else None
+        if failed is not None and self._retry_now(run.task, item, failed):
+            item = dataclasses.replace(item, next_attempt_at=now)
         in_progress = failed is not None and failed.in_progress
         settlement = Settlement(
             actual_cost=run.ctx.usage,
@@ -410,9 +444,25 @@ class Worker:
                 ErrorClass.INTERRUPTED, failed.error.type, f"{failed.error.message}; {unknown}"
             )
             to = Status.FAILED
-        item = from_running(task, to, error=error, orphan_until=until)
+        item = changes.orphaned(task, to, error, until)
         charge = runtime.charge(task, run.ctx.billed)
         return dataclasses.replace(item, charge=charge, hung_up_until=until), settlement
+
+    def _retry_now(self, task: Task, item: Completion, failed: Failed) -> bool:
+        """A task's first failure, retried while nothing else waits for a slot: its backoff
+        would only leave the provider's free room idle (the last wave of a batch waiting on
+        one 5xx), so it goes again at once, through admission like any other. A throttle or a
+        Retry-After keeps its wait, and later retries back off: an outage still spreads
+        them."""
+        return (
+            self._nothing_waits
+            and item.to is Status.RETRYING
+            and item.next_attempt_at is not None
+            and task.attempts == 1
+            and not failed.throttled
+            and not failed.in_progress
+            and failed.retry_after is None
+        )
 
     async def _take_slot(self) -> bool:
         """A slot for the handler (claims are for free slots: one is there); False when the
@@ -425,15 +475,7 @@ class Worker:
 
     async def _hand_back(self, run: _Running) -> None:
         """Back to the queue, no attempt spent: never started, or torn down by stop()."""
-        item = Completion(
-            run.task.id,
-            Status.RETRYING,
-            Status.RUNNING,
-            run.task.lease_token,
-            error=None,
-            next_attempt_at=self.runtime.clock.now(),
-            refund_attempt=True,
-        )
+        item = changes.handed_back(run.task, self.runtime.clock.now())
         self._writing += 1
         await asyncio.shield(self._finish(run, item, Settlement()))
 
@@ -447,18 +489,19 @@ class Worker:
         runtime = self.runtime
         try:
             await runtime.admission.settle(run.permit, settlement, runtime.clock.now())
-            # The provider slot is free now: let the dispatcher admit the next task while the
+            # The provider slot is free now: let the dispatchers admit the next task while the
             # outcome is still being written, rather than after (and without first counting
-            # slots: this one was just given back).
+            # slots: this one was just given back). Without limits a slot frees nothing.
             self._blocked_until = None
-            runtime.hub.work_available.set()
+            if runtime.admission.limited:
+                runtime.hub.work_available.set()
             if run.fenced:
                 log.warning("task %s: lease lost, result dropped", run.task.id)
                 return
             try:
-                applied = await self.completer.write(item)
+                applied = await self._write_outcome(item)
             except Exception:
-                # The lease will expire and the sweeper will reconcile the task.
+                # A bug, not an outage: the lease will expire and the sweeper reconciles it.
                 log.exception("could not write the outcome of %s", run.task.id)
                 return
             if applied.applied and item.next_attempt_at is not None:
@@ -470,12 +513,43 @@ class Worker:
                     item.to.value,
                     applied.status,
                 )
-            await runtime.after_completion(run.task, item, applied)
             self.completed += 1
         finally:
             self.running.pop(run.task.id, None)
             self._writing -= 1
             self._slot_freed.set()
+
+    async def _write_outcome(self, item: Completion) -> Applied:
+        """Write ``item`` until the ledger takes it: an outcome in hand (a call the provider
+        may have billed) is never dropped. While the ledger takes no write (a full disk, a
+        read-only database, an outage) the task holds its worker slot (no claim for work
+        whose outcome could not be written either) and its lease (the heartbeat renews it as
+        soon as writes land again, before the sweeper could take it); the write is tried
+        again with backoff until it lands or the worker is stopped past its grace. Logged
+        once per outage, not once per outcome."""
+        pause = OUTCOME_RETRY_FIRST_S
+        held = False
+        try:
+            while True:
+                try:
+                    return await self.completer.write(item)
+                except Unavailable as exc:
+                    if self._torn_down.is_set():
+                        raise  # stopped past its grace: recovery decides, as after a crash
+                    if not held:
+                        held = True
+                        self._writing -= 1
+                        self._unwritten += 1
+                        if self._unwritten == 1:
+                            log.warning("the ledger takes no outcome, holding them: %s", exc)
+                await wait_event(self.runtime.clock, self._torn_down, pause)
+                pause = min(2 * pause, OUTCOME_RETRY_LONGEST_S)
+        finally:
+            if held:
+                self._writing += 1
+                self._unwritten -= 1
+                if self._unwritten == 0:
+                    log.warning("the ledger takes outcomes again")
 
     # -- upstream jobs ------------------------------------------------------------------------
     async def _park(self, run: _Running, park: Parked) -> None:
@@ -485,7 +559,7 @@ class Worker:
         runtime = self.runtime
         try:
             # Usage is settled when the job ends (by the poller or the webhook), not here.
-            keep = Settlement(headers=run.ctx.response_headers, keep_slot=True)
+            keep = Settlement(headers=run.ctx.response_headers, keep_slot=park.holds_slot)
             await runtime.admission.settle(run.permit, keep, runtime.clock.now())
             if run.fenced:
                 log.warning("task %s: lease lost, not parked", run.task.id)
@@ -508,9 +582,29 @@ class Worker:
             self._writing -= 1
             self._slot_freed.set()
 
+    # -- what GET /v1/workers shows --------------------------------------------------------------
+    async def _beat_loop(self) -> None:
+        runtime = self.runtime
+        info = WorkerInfo(
+            owner=self.owner,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            concurrency=self.options.concurrency,
+            kinds=runtime.kinds.names(),
+            started_at=runtime.clock.now(),
+            heartbeat_at=runtime.clock.now(),
+        )
+        while True:
+            try:
+                await runtime.store.worker_beat(info, runtime.clock.now(), WORKER_STALE_S)
+            except Exception as exc:  # the ledger is away: the next beat tries again
+                log.warning("worker beat failed: %s", exc)
+            await runtime.clock.sleep(WORKER_BEAT_S)
+
     # -- leases -------------------------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
         runtime = self.runtime
+        failing = False
         while True:
             await runtime.clock.sleep(self.options.heartbeat_s)
             leases = [
@@ -522,9 +616,15 @@ class Worker:
                 result = await runtime.store.heartbeat(
                     leases, runtime.clock.now(), self.options.lease_s
                 )
+            except Unavailable as exc:  # an outage: said once, tried again each round
+                if not failing:
+                    log.warning("heartbeats fail, retrying: %s", exc)
+                failing = True
+                continue
             except Exception:
                 log.exception("heartbeat failed")
                 continue
+            failing = False
             for task_id in result.lost:
                 run = self.running.get(task_id)
                 if run is not None:  # fencing: stop working for a lease we no longer hold

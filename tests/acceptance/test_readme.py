@@ -2,9 +2,10 @@
 
 The README's configuration block is saved as ``floodway.toml`` (as the README tells a reader
 to), every ``bash`` block runs in one bash script in a fresh directory, and ports 8000 and 9000
-become free ports (the only change made to the text). A block whose first line is
-``# not run by the README test: <why>`` is skipped: installing packages, or running the whole
-suite, belongs to the reader's machine and to CI, not to a test inside that suite.
+become free ports (the only change made to the text). A block just after the HTML comment
+``<!-- not run by the README test: <why> -->`` (which a reader of the rendered page does not
+see) is skipped: installing packages, or running the whole suite, belongs to the reader's
+machine and to CI, not to a test inside that suite.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from harness.processes import ROOT
 from tests.acceptance.clirun import free_port
 
 README = ROOT / "README.md"
-SKIP = re.compile(r"^# not run by the README test: (?P<why>\S.*)$")
-FENCE = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
+FENCE = re.compile(
+    r"^(?:<!-- not run by the README test: (?P<why>[^\n]*?) -->\n)?"
+    r"```(?P<lang>\w*)\n(?P<body>.*?)^```$",
+    re.MULTILINE | re.DOTALL,
+)
 
 
 @dataclass(frozen=True)
@@ -32,16 +36,12 @@ class Block:
     lang: str
     body: str
     line: int  # where it starts in the README, for messages
-
-    @property
-    def skipped_because(self) -> str | None:
-        found = SKIP.match(self.body.splitlines()[0]) if self.body else None
-        return found["why"] if found else None
+    skipped_because: str | None = None
 
 
 def blocks(text: str) -> list[Block]:
     return [
-        Block(m["lang"], m["body"], text.count("\n", 0, m.start()) + 1)
+        Block(m["lang"], m["body"], text.count("\n", 0, m.start()) + 1, m["why"])
         for m in FENCE.finditer(text)
     ]
 
@@ -64,8 +64,10 @@ def test_every_shell_block_says_why_when_it_is_not_run() -> None:
     assert all(b.lang == "bash" for b in shell), "shell blocks are ```bash, so the test finds them"
     skipped = [b for b in shell if b.skipped_because is not None]
     assert len(skipped) < len(shell) / 2, "most of the README's examples must be run"
-    for block in shell:
-        assert not block.body.startswith("# not run") or block.skipped_because, block.line
+    for block in skipped:
+        assert block.skipped_because, f"README.md line {block.line}: say why it is not run"
+    for block in shell:  # the marker is the comment above the block, never a line inside it
+        assert "not run by the README test" not in block.body, f"README.md line {block.line}"
 
 
 @pytest.mark.timeout(600)

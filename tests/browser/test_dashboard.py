@@ -287,7 +287,16 @@ async def test_api_serves_the_assets(dash: Dash) -> None:
     """The page and every file it loads come from the app: ``/`` and ``/static/``."""
     home = await dash.http.get("/")
     assert home.status_code == 200 and 'src="static/app.js"' in home.text
-    for name in ("app.js", "api.js", "poller.js", "chart.js", "series.js", "events.js"):
+    for name in (
+        "app.js",
+        "api.js",
+        "poller.js",
+        "chart.js",
+        "series.js",
+        "events.js",
+        "format.js",
+        "views.js",
+    ):
         response = await dash.http.get(f"/static/{name}")
         assert response.status_code == 200, name
         assert "javascript" in response.headers["content-type"], name

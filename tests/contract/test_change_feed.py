@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from floodway.core.outcome import Completion
 from floodway.core.states import Status
 from floodway.core.task import NewTask
@@ -48,3 +50,25 @@ async def test_every_reader_of_the_feed_hears_a_notice(backend: Backend) -> None
         await there.submit([NewTask("echo", {"n": 1})], NOW)
         assert await here.wait_for_change(10.0)  # the dispatcher hears it first
         assert [await reader.wait(10.0) for reader in readers] == [True, True]
+
+
+async def test_a_stores_own_writes_are_no_change_from_elsewhere(backend: Backend) -> None:
+    """This process hears of its own writes from its listeners at once: the feed, which says
+    what other processes wrote, stays quiet (a dispatcher woken by its own claims and outcomes
+    tried one more claim for nothing after each). PostgreSQL's notices do not say which
+    process sent them yet: there a process still hears its own."""
+    if backend.name == "postgres":
+        pytest.skip("PostgreSQL's feed hears this process's own notices too")
+    async with backend.opened() as here, backend.opened() as there:
+        reader = here.subscribe()
+        assert not await reader.wait(0.01)  # takes its place
+        await here.wait_for_change(0.01)
+        await here.submit([NewTask("echo", {"n": 1})], NOW)
+        (claimed,) = await here.claim(ClaimParams("w", "tok", ("echo",), 1, NOW, 30.0))
+        await here.complete(
+            [Completion(claimed.id, Status.SUCCEEDED, lease_token="tok", result=1)], NOW
+        )
+        assert not await here.wait_for_change(0.2)
+        assert not await reader.wait(0.2)
+        await there.submit([NewTask("echo", {"n": 2})], NOW)
+        assert await here.wait_for_change(10.0) and await reader.wait(10.0)

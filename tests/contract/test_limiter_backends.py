@@ -280,6 +280,26 @@ async def test_an_estimate_is_cut_once_per_round_trip_and_grows_back(harness: Ha
     assert await be.grow("e", "concurrency", **up) == 6.0
 
 
+async def test_after_a_cut_a_probe_waits_its_quiet_period_then_doubles(harness: Harness) -> None:
+    be = harness.backend
+    cut = await be.acquire(take(bucket()))
+    assert await be.cut("e", "requests", 10.0, floor=1.0, granted_at=cut.at + 1) == 10.0
+    fields = await be.estimates("e")
+    assert fields["requests:c"] == pytest.approx(cut.at, abs=1.0)  # seconds, as granted_at
+    probe = {"start": 0.0, "step": 1.0, "cap": math.inf, "interval_s": 0, "quiet_s": 0.2}
+    assert await be.grow("e", "requests", **probe) == 10.0  # quiet: the cut may not be deep
+
+    async def grown() -> bool:
+        return await be.grow("e", "requests", **probe) == 11.0
+
+    await eventually(grown, harness, 0.05)
+    assert await be.grow("e", "requests", **probe) == 13.0  # each step twice the last
+    assert await be.grow("e", "requests", **probe) == 17.0
+    assert await be.cut("e", "requests", 12.0, floor=1.0, granted_at=math.inf) == 12.0
+    await harness.advance(0.25)
+    assert await be.grow("e", "requests", **probe) == 13.0  # a cut starts the probe over
+
+
 async def test_the_meter_counts_grants_and_refusals_and_forgets(harness: Harness) -> None:
     be = harness.backend
     meter = Meter("m", tau_s=0.5)

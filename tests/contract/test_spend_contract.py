@@ -89,6 +89,35 @@ async def test_deduped_tasks_record_what_they_saved(store: Store, batched: bool)
     assert line.saved == pytest.approx(0.8)
 
 
+async def test_a_deduped_task_is_never_a_call_priced_or_not(store: Store) -> None:
+    """A free kind's call saves nothing to the tasks that took its result: each is still a
+    deduped task, never a call (the totals counted every row with saved 0 as one)."""
+    fp = "fp-free"
+    primary = (await store.submit([task(fingerprint=fp)], NOW))[0].task
+    waiters = [(await store.submit([task(fingerprint=fp)], NOW))[0].task for _ in range(3)]
+    r = await running(store, primary)
+    done = Completion(
+        primary.id, S.SUCCEEDED, lease_token=r.lease_token, result={"x": 1}, charge=charge(0.0)
+    )
+    await store.complete([done], NOW + 1)
+    late = (await store.submit([task(fingerprint=fp)], NOW + 2))[0].task
+    assert late.status is S.DEDUPED and all(w.waits_for == primary.id for w in waiters)
+    (line,) = (await store.spend(SpendQuery(since=0.0))).lines
+    assert (line.calls, line.deduped, line.cost, line.saved) == (1, 4, 0.0, 0.0)
+
+
+async def test_what_a_call_bills_above_its_hold_is_recorded(store: Store) -> None:
+    held = [(await store.submit([task(n=i, spend_hold=0.2)], NOW))[0].task for i in range(2)]
+    for t, cost in zip(held, (0.5, 0.1), strict=True):
+        r = await running(store, t, f"tok-{t.id}")
+        done = Completion(t.id, S.SUCCEEDED, lease_token=r.lease_token, charge=charge(cost))
+        await store.complete([done], NOW + 1)
+    (line,) = (await store.spend(SpendQuery(since=0.0))).lines
+    assert line.over_estimate == pytest.approx(0.3)
+    over = [(await store.get(t.id)) for t in held]
+    assert [t.over_estimate for t in over if t is not None] == [pytest.approx(0.3), 0.0]
+
+
 async def test_spend_is_filtered_by_tenant_kind_and_time(store: Store) -> None:
     for tenant, when in (("a", NOW), ("b", NOW), ("a", NOW + 2 * DAY)):
         t = (await store.submit([task(tenant=tenant, input={"w": when})], when))[0].task

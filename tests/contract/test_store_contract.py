@@ -30,6 +30,7 @@ from floodway.store.base import (
     Store,
     TaskChange,
     TaskQuery,
+    WorkerInfo,
 )
 from floodway.store.postgres import PostgresStore
 from floodway.store.queries import load_migrations, load_queries
@@ -95,6 +96,17 @@ def fail(msg: str = "boom") -> ErrorInfo:
 
 
 # -- submit and the request key -----------------------------------------------------------
+
+
+async def test_a_server_tells_its_time_and_a_file_on_this_host_does_not(
+    store: Store, backend: Backend
+) -> None:
+    before = time.time()
+    told = await store.server_time()
+    if backend.name == "sqlite":
+        assert told is None
+    else:  # the test server runs on this host: its clock is ours
+        assert told is not None and before - 1 <= told <= time.time() + 1
 
 
 async def test_submit_writes_queued_tasks_with_unique_ids_and_an_event(store: Store) -> None:
@@ -633,6 +645,20 @@ async def test_park_frees_the_lease_until_the_poll_is_due(store: Store) -> None:
     assert (await load(store, t.id)).poll_attempts == 1
 
 
+async def test_hasten_parked_brings_a_kind_s_late_polls_forward_only(store: Store) -> None:
+    late, soon = await run_one(store), await run_one(store)
+    other = await run_one(store, kind="other")
+    for t, at in ((late, NOW + 50), (soon, NOW + 10.5), (other, NOW + 50)):
+        assert await store.park(t.id, "tok-1", "job", at, NOW + 1)
+    # At NOW + 10 the jobs are 10 s old: due within 0.13 x 10 s, no later.
+    assert await store.hasten_parked("echo", 0.13, NOW + 10) == 1
+    assert (await load(store, late.id)).next_attempt_at == pytest.approx(NOW + 11.3)
+    assert (await load(store, soon.id)).next_attempt_at == NOW + 10.5  # sooner already
+    assert (await load(store, other.id)).next_attempt_at == NOW + 50  # another kind
+    (woken,) = await store.claim_parked(ClaimParams("p", "tok-p", KINDS, 1, NOW + 10.5, 30))
+    assert woken.id == soon.id and await store.hasten_parked("echo", 0.13, NOW + 10) == 0
+
+
 async def test_a_cancel_makes_a_parked_task_s_poll_due_at_once(store: Store) -> None:
     """The poller then cancels the upstream job now, not at the next poll."""
     t = await run_one(store)
@@ -832,6 +858,44 @@ async def test_list_tasks_filters_and_pages_by_seq(store: Store) -> None:
     assert seqs == sorted(seqs) and len(set(seqs)) == 6
 
 
+async def test_batches_lists_a_tenants_newest_batches_with_their_counts(store: Store) -> None:
+    await store.submit([task(tenant="a", batch_id="old", n=i) for i in range(3)], NOW)
+    await store.submit([task(tenant="b", batch_id="theirs", n=i) for i in range(2)], NOW + 1)
+    await store.submit([task(tenant="a", batch_id="new", n=10 + i) for i in range(2)], NOW + 2)
+    await store.submit([task(tenant="a", n=99)], NOW + 3)  # in no batch
+    (running,) = await claim(store, NOW + 4, 1)
+    assert running.batch_id == "old"
+    found = await store.batches("a", 10)
+    assert [b.batch_id for b in found] == ["new", "old"]
+    assert found[0].counts == {"queued": 2} and found[0].created_at == NOW + 2
+    assert found[1].counts == {"queued": 2, "running": 1} and found[1].created_at == NOW
+    assert [b.batch_id for b in await store.batches("a", 1)] == ["new"]
+    assert [b.batch_id for b in await store.batches("b", 10)] == ["theirs"]
+    assert await store.batches("nobody", 10) == []
+
+
+async def test_workers_are_listed_with_the_tasks_they_hold(store: Store) -> None:
+    def worker(owner: str) -> WorkerInfo:
+        return WorkerInfo(owner, "host-1", 42, 8, ("echo",), NOW, NOW)
+
+    await store.worker_beat(worker("w1"), NOW, 3600)
+    await store.worker_beat(worker("w2"), NOW, 3600)
+    await store.worker_beat(worker("w1"), NOW + 10, 3600)  # a heartbeat
+    held = await run_one(store, NOW + 11)  # claimed by owner "w1"
+    await submit(store, NOW + 11, n=2)  # queued: nobody's
+    found = {w.owner: w for w in await store.workers(NOW)}
+    assert set(found) == {"w1", "w2"}
+    assert found["w1"].heartbeat_at == NOW + 10 and found["w1"].started_at == NOW
+    assert (found["w1"].host, found["w1"].pid, found["w1"].kinds) == ("host-1", 42, ("echo",))
+    assert [(t.task_id, t.attempt, t.since) for t in found["w1"].tasks] == [(held.id, 1, NOW + 11)]
+    assert found["w2"].tasks == ()
+    assert [w.owner for w in await store.workers(NOW + 5)] == ["w1"]  # w2 silent since NOW
+    await store.worker_gone("w1")
+    assert [w.owner for w in await store.workers(NOW)] == ["w2"]
+    await store.worker_beat(worker("w3"), NOW + 7200, 3600)  # w2 silent for over the hour
+    assert [w.owner for w in await store.workers(0)] == ["w3"]
+
+
 async def test_list_tasks_pages_newest_first_with_the_same_filters(store: Store) -> None:
     await store.submit(
         [task(tenant="a", n=i) for i in range(5)] + [task(tenant="b")] + [task(tenant="a", n=9)],
@@ -962,6 +1026,41 @@ async def test_another_store_s_claim_wakes_nobody_but_its_outcome_does(backend: 
 
 
 # -- schema, migrations, opening --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batched", [False, True])
+async def test_a_completions_effects_are_written_with_it_and_delivered_once(
+    store: Store, batched: bool
+) -> None:
+    """A dead task's alert and a poison task's fallback are in the outbox the moment their
+    write lands, in its transaction (the one-row and the many-row write alike); a write that
+    does not land writes none."""
+    dead, poison, fine = [await run_one(store, n=n) for n in range(3)]
+    items = [
+        Completion(dead.id, S.DEAD, lease_token=dead.lease_token, error=fail()),
+        Completion(
+            poison.id,
+            S.FAILED,
+            lease_token=poison.lease_token,
+            error=ErrorInfo(ErrorClass.POISON, "invalid_output", "bad"),
+        ),
+        Completion(fine.id, S.SUCCEEDED, lease_token=fine.lease_token, result={"ok": 1}),
+        Completion(dead.id, S.DEAD, lease_token="stale", error=fail()),
+    ]
+    for chunk in [items[:3], items[3:]] if batched else [[i] for i in items]:
+        await store.complete(chunk, NOW + 1)
+    assert await store.due_effects(NOW, 10) == []  # due from the write on, not before
+    due = await store.due_effects(NOW + 1, 10)
+    assert sorted((e.task.id, e.effect, e.attempts) for e in due) == sorted(
+        [(dead.id, "alert", 0), (poison.id, "fallback", 0)]
+    )
+    assert {e.task.id: e.task.status for e in due} == {dead.id: S.DEAD, poison.id: S.FAILED}
+    alert = next(e for e in due if e.effect == "alert")
+    await store.effect_retry(alert.seq, NOW + 60)
+    await store.effect_done(next(e.seq for e in due if e.effect == "fallback"))
+    assert await store.due_effects(NOW + 2, 10) == []
+    (again,) = await store.due_effects(NOW + 60, 10)
+    assert (again.seq, again.attempts) == (alert.seq, 1)
 
 
 def test_every_sqlite_query_has_a_postgres_twin() -> None:

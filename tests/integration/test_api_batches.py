@@ -52,3 +52,25 @@ async def test_batch_idempotency_key_replays_the_same_batch(start_api: StartApi)
     assert again.json()["id"] == first.json()["id"]
     assert again.json()["task_ids"] == first.json()["task_ids"] and again.json()["reused"]
     assert len((await http.get("/v1/tasks")).json()["items"]) == 3
+
+
+async def test_the_batch_list_shows_the_callers_newest_batches_only(start_api: StartApi) -> None:
+    server = await start_api(keys={"key-a": "a", "key-b": "b"}, run_workers=False)
+    a, b = await server.client("key-a"), await server.client("key-b")
+    tasks = [{"kind": "sim", "input": {"n": n}} for n in range(3)]
+    first = (await a.post("/v1/batches", json={"tasks": tasks})).json()
+    second = (await a.post("/v1/batches", json={"tasks": tasks[:1]})).json()
+    theirs = (await b.post("/v1/batches", json={"tasks": tasks})).json()
+    await a.delete(f"/v1/tasks/{first['task_ids'][0]}")
+    listed = (await a.get("/v1/batches")).json()["items"]
+    assert [x["id"] for x in listed] == [second["id"], first["id"]]
+    assert listed[1]["total"] == 3 and not listed[1]["done"]
+    assert listed[1]["counts"]["cancelled"] == 1 and listed[1]["counts"]["queued"] == 2
+    # The same progress the batch's own route answers.
+    alone = (await a.get(f"/v1/batches/{first['id']}")).json()
+    assert {k: listed[1][k] for k in alone} == alone and listed[1]["created_at"]
+    assert [x["id"] for x in (await b.get("/v1/batches")).json()["items"]] == [theirs["id"]]
+    assert [x["id"] for x in (await a.get("/v1/batches?limit=1")).json()["items"]] == [second["id"]]
+    refused = await a.get("/v1/batches?limit=0")
+    assert refused.status_code == 422
+    assert refused.headers["content-type"] == "application/problem+json"

@@ -19,7 +19,7 @@ import pytest
 from floodway import Floodway, Settings, Status
 from floodway.api import create_app, serving
 from floodway.config import ApiConfig, KindConfig
-from floodway.core.outcome import from_running
+from floodway.core import changes
 from floodway.core.task import ErrorClass, ErrorInfo
 from floodway.store.base import ClaimParams
 from floodway.testing import SimulatedProvider
@@ -195,7 +195,7 @@ async def test_a_retry_while_the_last_call_may_still_run_says_when_to_ask_again(
         ClaimParams("host:1:dead:w1", "tok", ("sim",), 1, now, 30, ids=(task.id,))
     )
     interrupted = ErrorInfo(ErrorClass.INTERRUPTED, "worker_lost", "the worker died")
-    item = from_running(claimed, Status.FAILED, error=interrupted, orphan_until=now + 90)
+    item = changes.orphaned(claimed, Status.FAILED, interrupted, now + 90)
     assert (await fw.store.complete([item], now))[0].applied
     http = await server.client()
     answer = await http.post(f"/v1/tasks/{task.id}/retry")

@@ -27,7 +27,9 @@ from floodway.testing import SimulatedProvider
 KEY = "schema-test-key"
 # A body over [api] max_body_bytes is refused with 413 whatever its schema says (a size limit
 # in bytes is not something JSON Schema can state): an expected answer to valid and invalid
-# data alike. The rest are schemathesis's defaults.
+# data alike. A job's steps form a graph (unique names, references to steps before, no cycle)
+# that JSON Schema cannot state: a schema-valid job may be refused with 422 naming its step.
+# The rest are schemathesis's defaults.
 CONFIG = SchemathesisConfig.from_str(
     """
 [checks.positive_data_acceptance]
@@ -35,6 +37,10 @@ expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "413", "429", "5x
 [checks.negative_data_rejection]
 expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422",
                      "428", "429", "5xx"]
+[[operations]]
+include-name = "POST /v1/jobs"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "409", "413", "422",
+                                                     "429", "5xx"]
 """
 )
 

@@ -21,6 +21,7 @@ TASK_FIELDS = {
     "input",
     "result",
     "error",
+    "tier",
     "attempts",
     "max_attempts",
     "idempotency_key",
@@ -85,7 +86,7 @@ async def test_submit_answers_202_with_the_task_json(api: ApiServer) -> None:
     assert task["reused"] is False
     assert task["kind"] == "sim" and task["lane"] == "interactive" and task["tenant"] == "default"
     assert task["input"] == {"prompt": "a cat"} and task["metadata"] == {"m": 1}
-    assert task["cost"] == {"estimated": 0.0, "actual": None}
+    assert task["cost"] == {"estimated": 0.0, "actual": None, "held": 0.0, "over_estimate": 0.0}
     iso(task["created_at"]), iso(task["updated_at"]), iso(task["deadline_at"])
 
     done = await wait_terminal(http, task["id"])
@@ -233,6 +234,47 @@ async def test_events_stream_one_event_per_change_and_ends_at_terminal(api: ApiS
     assert [json.loads(e["data"])["status"] for e in rest] == ["succeeded"]
 
     assert (await http.get("/v1/tasks/t_NOPE/events")).status_code == 404
+
+
+async def test_the_last_event_carries_the_task_as_get_answers_it(api: ApiServer) -> None:
+    http = await api.client()
+    for body, ended in (({"e": 2}, "succeeded"), ({"fail": "refusal"}, "failed")):
+        task = (await http.post("/v1/tasks", json={"kind": "sim", "input": body})).json()
+        url = f"/v1/tasks/{task['id']}/events"
+        async with asyncio.timeout(20), http.stream("GET", url) as resp:
+            events = await read_events(resp)
+        datas = [json.loads(e["data"]) for e in events]
+        got = (await http.get(f"/v1/tasks/{task['id']}")).json()
+        assert datas[-1]["status"] == ended
+        assert datas[-1]["task"] == got  # the result (or error): no second request needed
+        assert (got["result"] if ended == "succeeded" else got["error"]) is not None
+        assert all("task" not in d for d in datas[:-1])
+        # Resumed before the end: the last event again holds the task; at the end: nothing.
+        for after, expected in ((events[0]["id"], [ended]), (events[-1]["id"], [])):
+            resume = {"Last-Event-ID": after}
+            async with asyncio.timeout(20), http.stream("GET", url, headers=resume) as resp:
+                rest = [json.loads(e["data"]) for e in await read_events(resp)]
+            assert [d["status"] for d in rest if "task" in d] == expected
+            if expected:
+                assert rest[-1]["task"] == got
+
+
+async def test_a_retried_task_streams_on_past_its_first_end(api: ApiServer) -> None:
+    """A terminal event the task has left (a manual retry queued it again) neither ends the
+    stream nor carries the task: only the event of the end it stays at does."""
+    http = await api.client()
+    task = (await http.post("/v1/tasks", json={"kind": "sim", "input": {"fail": "refusal"}})).json()
+    first = await wait_terminal(http, task["id"])
+    assert first["status"] == "failed"
+    assert (await http.post(f"/v1/tasks/{task['id']}/retry")).status_code == 200
+    second = await wait_terminal(http, task["id"])
+    async with asyncio.timeout(20), http.stream("GET", f"/v1/tasks/{task['id']}/events") as resp:
+        datas = [json.loads(e["data"]) for e in await read_events(resp)]
+    statuses = [d["status"] for d in datas]
+    assert statuses.count("failed") == 2 and statuses[-1] == "failed"
+    assert [d["status"] for d in datas if "task" in d] == ["failed"]
+    assert datas[-1]["task"] == second
+    assert datas[-1]["task"]["attempts"] == second["attempts"]
 
 
 async def test_events_are_woken_by_the_change_not_by_a_timer(start_api: StartApi) -> None:

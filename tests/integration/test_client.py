@@ -133,3 +133,30 @@ async def test_wait_falls_back_to_polling_when_streams_fail(start_api: StartApi)
         done = await waiter
     assert done.status is Status.CANCELLED
     assert transport.polls >= 3
+
+
+class Counting(httpx.AsyncBaseTransport):
+    """Passes every request on, counting them by method and path."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.seen: list[tuple[str, str]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append((request.method, request.url.path))
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_wait_takes_the_ended_task_from_the_last_event(start_api: StartApi) -> None:
+    server = await start_api()
+    transport = Counting()
+    async with Client(server.url, transport=transport) as client:
+        task = await client.submit("sim", {"w": 1})
+        done = await client.wait(task.id, timeout=20)
+        assert done.status is Status.SUCCEEDED and done.result is not None
+        assert done == await client.get(task.id)
+    reads = [seen for seen in transport.seen if seen == ("GET", f"/v1/tasks/{task.id}")]
+    assert reads == [("GET", f"/v1/tasks/{task.id}")]  # the test's own read, not wait's

@@ -185,6 +185,30 @@ async def test_retry_after_is_honoured_end_to_end(fw: Floodway, clock: FakeClock
     assert attempts[1] - attempts[0] >= 30
 
 
+async def test_a_first_failure_with_nothing_else_waiting_is_retried_at_once(
+    fw: Floodway, clock: FakeClock
+) -> None:
+    """Its backoff would only idle the free room; the second failure backs off."""
+    attempts: list[float] = []
+
+    @fw.kind("llm", max_attempts=4)
+    async def flaky(ctx: Context, value: dict[str, Any]) -> dict[str, Any]:
+        attempts.append(ctx.now())
+        if len(attempts) <= 2:
+            raise RetryableError("503")
+        return {"ok": True}
+
+    async with fw.worker():
+        task = await fw.submit("llm", {"q": 1})
+        for _ in range(10):
+            await settle()
+        assert len(attempts) == 2 and attempts[1] == attempts[0]  # no time passed
+        assert (await fw.get(task.id)).status is Status.RETRYING  # backing off now
+        await clock.advance(5)  # past the second gap (full jitter, at most 4 s)
+        done = await fw.wait(task.id, timeout=5)
+    assert done.status is Status.SUCCEEDED and done.attempts == 3
+
+
 async def test_exhausted_task_is_dead_and_the_alert_fires(fw: Floodway, clock: FakeClock) -> None:
     alerts: list[Task] = []
     fw.on_dead(alerts.append)
@@ -551,7 +575,7 @@ async def test_a_claimed_task_keeps_its_provider_slot_past_the_claim_ttl(
         await worker.start()
         try:
             await settle()
-            await clock.advance(60)
+            await clock.advance(30)  # past the claim TTL, within the kind's timeout
             await settle()
             statuses = [(await fw.get(t.id)).status for t in (a, b)]
             assert statuses == [Status.RUNNING, Status.QUEUED]  # the cap of 1 still holds

@@ -24,7 +24,7 @@ from floodway import (
     Status,
     SubmitRequest,
 )
-from floodway.core.outcome import from_running
+from floodway.core import changes
 from floodway.core.task import ErrorClass, ErrorInfo
 from floodway.store.base import ClaimParams
 from floodway.testing import FakeClock, sever
@@ -227,7 +227,7 @@ async def test_a_retry_is_refused_while_the_last_call_may_still_run(
         ClaimParams("host:1:dead:w1", "tok", ("img",), 1, now, 30, ids=(task.id,))
     )
     interrupted = ErrorInfo(ErrorClass.INTERRUPTED, "worker_lost", "the worker died")
-    item = from_running(claimed, Status.FAILED, error=interrupted, orphan_until=now + 60)
+    item = changes.orphaned(claimed, Status.FAILED, interrupted, now + 60)
     assert (await fw.store.complete([item], now))[0].applied
     with pytest.raises(AttemptStillOpen) as refused:
         await fw.retry(task.id)

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from floodway.core.task import Lane
-from floodway.store.base import TaskQuery
+from floodway.store.base import SpendQuery, TaskQuery
 from harness.openai_fake import FakeOpenAI
 from tests.integration.conftest import StartApi, eventually
 from tests.integration.openai_setup import start_front
@@ -284,6 +284,52 @@ async def test_a_tenants_budget_holds_on_the_openai_front(
     other = front.sdk(key="key-b")  # another tenant has no budget
     await other.chat.completions.create(model="gpt-4o-mini", messages=_ask("three"))
     assert len(front.fake.billed) == 3
+
+
+async def test_a_budget_admits_only_what_fits_at_the_worst_case(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    """A request is estimated at its worst case: n answers of its max_tokens, and with no
+    max_tokens its model's longest answer (gpt-4o-mini: 16,384 tokens), so a model that
+    writes all it may cannot take a tenant past its budget, whichever way the request came
+    in. (Counted once and at 256 tokens, 5 requests with n = 100 spent 5.00 of 1.50.)"""
+    fake = FakeOpenAI(longest=16_384)
+    front = await start_front(
+        start_api,
+        api_stack,
+        fake=fake,
+        kind_options={"price": {"output_per_1m": 10.0}},
+        tenants={"tenant-a": {"budget": {"amount": 1.5}}, "tenant-b": {"budget": {"amount": 0.5}}},
+    )
+    answers: list[int] = []
+    for i in range(5):
+        try:
+            await front.sdk().chat.completions.create(
+                model="gpt-4o-mini", messages=_ask(f"q{i}"), n=100, max_tokens=1000
+            )
+            answers.append(200)
+        except openai.APIStatusError as exc:
+            answers.append(exc.status_code)
+    http = await front.server.client("key-a")
+    body = {"model": "gpt-4o-mini", "messages": _ask("again"), "n": 100, "max_tokens": 1000}
+    task = await http.post("/v1/tasks", json={"kind": "chat", "input": body})
+    assert (answers, task.status_code) == ([200, 402, 402, 402, 402], 402), task.text
+    for i in range(5):
+        try:
+            await front.sdk(key="key-b").chat.completions.create(
+                model="gpt-4o-mini", messages=_ask(f"q{i}")
+            )
+            answers.append(200)
+        except openai.APIStatusError as exc:
+            answers.append(exc.status_code)
+    assert answers[5:] == [200, 200, 200, 402, 402]
+    report = await front.server.fw.spend(SpendQuery(since=0.0))
+    spent = {line.tenant: (line.cost, line.calls, line.over_estimate) for line in report.lines}
+    assert spent == {
+        "tenant-a": (pytest.approx(1.0), 1, 0.0),
+        "tenant-b": (pytest.approx(3 * 16_384 * 10.0 / 1e6), 3, 0.0),
+    }
+    assert len(fake.billed) == 4
 
 
 async def test_a_refused_call_spends_no_submit_rate_token(

@@ -58,7 +58,7 @@ async def test_a_calls_answer_carries_floodways_view_of_the_resources_limits(
         resources={"openai": limits},
     )
     raw = await front.sdk().chat.completions.with_raw_response.create(
-        model="gpt-4o-mini", messages=_ask("hi")
+        model="gpt-4o-mini", messages=_ask("hi"), max_tokens=100
     )
     headers = raw.headers
     assert headers["x-ratelimit-limit-requests"] == "600"

@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request, Response
 
 from floodway import ConfigError, FatalError, RetryableError
 from floodway.kinds import KindSpec
+from floodway.providers.cost import DEFAULT_MAX_OUTPUT_TOKENS
 from floodway.providers.sim import serve_app
 from tests.integration.test_providers_http import build, close, make_ctx
 
@@ -156,8 +157,30 @@ def test_chat_cost_is_prompt_over_four_plus_max_tokens(monkeypatch: pytest.Monke
     spec = chat_kind("http://127.0.0.1:9/v1")
     request = {"messages": [{"role": "user", "content": "x" * 396}], "max_tokens": 100}
     assert spec.estimate(request) == (396 + len("user")) // 4 + 100
-    assert spec.estimate({"messages": [{"role": "user", "content": "abcd"}]}) == 2 + 256
     assert not spec.idempotent and spec.poll is None and spec.lookup is None
+
+
+def test_a_chat_estimate_is_its_worst_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    """n answers of the request's output bound; with none, the kind's max_output_tokens, else
+    the model's published limit; no field of the request lowers it."""
+    monkeypatch.setenv("FW_TEST_OPENAI_KEY", "sk-test-123")
+    ask = {"messages": [{"role": "user", "content": "abcd"}]}
+    spec = chat_kind("http://127.0.0.1:9/v1")
+    assert spec.estimate({**ask, "max_completion_tokens": 50, "n": 100}) == 2 + 100 * 50
+    assert spec.estimate(ask) == 2 + DEFAULT_MAX_OUTPUT_TOKENS  # gpt-test: not in the table
+    assert spec.estimate({**ask, "model": "gpt-4o-mini", "n": 2}) == 2 + 2 * 16_384
+    assert spec.estimate({**ask, "model": "gpt-4.1-nano"}) == 2 + 32_768
+    assert spec.estimate({**ask, "tokens": 1}) == 2 + DEFAULT_MAX_OUTPUT_TOKENS
+    bounded = chat_kind("http://127.0.0.1:9/v1", max_output_tokens=1000)
+    assert bounded.estimate({**ask, "n": 3}) == 2 + 3 * 1000
+    assert bounded.estimate({**ask, "max_tokens": 10}) == 2 + 10
+    responses = chat_kind("http://127.0.0.1:9/v1", endpoint="responses", max_output_tokens=500)
+    assert (
+        responses.estimate({"input": "abcd", "tokens": 1})
+        == len('{"input":"abcd","tokens":1}') // 4 + 500
+    )
+    images = chat_kind("http://127.0.0.1:9/v1", endpoint="images")
+    assert images.estimate({"prompt": "a cat", "n": 4}) == 4
 
 
 async def test_plain_429_is_throttled_and_honours_retry_after_ms(

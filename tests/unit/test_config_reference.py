@@ -48,7 +48,7 @@ def test_the_configuration_reference_is_up_to_date() -> None:
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
 def test_every_key_says_what_it_does(model: type[BaseModel]) -> None:
     missing = [name for name, field in model.model_fields.items() if not field.description]
-    nested = {"api", "worker", "retention", "callbacks", "tenants", "resources", "kinds"}
+    nested = {"api", "worker", "retention", "callbacks", "jobs", "tenants", "resources", "kinds"}
     assert [m for m in missing if model is not Settings or m not in nested] == []
 
 

@@ -395,7 +395,8 @@ async def test_rate_discovery_starts_from_what_was_achieved_and_probes_up() -> N
             await r.settle(p)
         values.append((await r.adm.snapshot())["llm"].limits["requests"].value)
     steps = [b - a for a, b in zip([learned, *values], values, strict=False)]
-    assert all(step == pytest.approx(0.05 * learned) for step in steps)  # additive
+    # Each step of the probe doubles the first (a share of the rate it was cut to).
+    assert steps == pytest.approx([0.05 * learned * 2**i for i in range(6)])
 
 
 async def test_concurrency_slow_start_doubles_per_round_trip() -> None:
@@ -427,6 +428,40 @@ async def test_a_concurrency_refusal_sets_the_cap_below_the_calls_in_flight() ->
     assert await r.admit(cand("more")) == []
     await r.settle(permits[0])
     assert await r.admit(cand("more")) == ["more"]
+
+
+async def test_a_refusal_counts_the_calls_out_when_it_was_sent_not_admitted() -> None:
+    r = rig(ResourceConfig(adaptive=True), tuning=AdmissionTuning(initial_concurrency=12))
+    early, *rest = await r.admit_permits(*(cand(f"t{i}") for i in range(12)))
+    assert early.holds[IN_FLIGHT] == 1  # admitted first
+    for p in rest:
+        await r.adm.sending(p)
+    late = await r.adm.sending(early)  # ... sent last, with 11 others out
+    assert late.holds[IN_FLIGHT] == 12
+    await r.settle(late, throttled=True, retry_after=1.0, reason="too many concurrent requests")
+    assert (await r.adm.snapshot())["llm"].limits["concurrency"].value == 11
+
+
+async def test_refusals_at_what_the_last_cut_allowed_cut_deeper() -> None:
+    """A cap that came down: the second refusal at or below the last cut cuts to a share of
+    the calls out (0.7), never below half; a refusal above it (a probe) only to below it."""
+    r = rig(ResourceConfig(adaptive=True), tuning=AdmissionTuning(initial_concurrency=11))
+    refused = "too many concurrent requests"
+    permits = [
+        await r.adm.sending(p) for p in await r.admit_permits(*(cand(f"a{i}") for i in range(11)))
+    ]
+    await r.settle(permits.pop(), throttled=True, retry_after=1.0, reason=refused)
+    assert (await r.adm.snapshot())["llm"].limits["concurrency"].value == 10
+    await r.clock.advance(0.1)
+    for expected in (9.0, 0.7 * 9):  # the provider's cap fell under 10
+        await r.clock.advance(0.1)
+        await r.settle(permits.pop(), reason="")  # one ends, and the next sent is refused
+        (p,) = await r.admit_permits(cand(f"b{expected}"))
+        p = await r.adm.sending(p)
+        await r.clock.advance(0.1)
+        await r.settle(p, throttled=True, retry_after=1.0, reason=refused)
+        cap = (await r.adm.snapshot())["llm"].limits["concurrency"].value
+        assert cap == pytest.approx(expected)
 
 
 async def test_non_adaptive_resources_keep_their_rate() -> None:

@@ -12,6 +12,7 @@ from floodway.config import Settings, load_settings
 from floodway.core.errors import ConfigError
 from floodway.core.spend import Budget, Price, Usage
 from floodway.pricing import Pricing
+from floodway.providers.cost import DEFAULT_MAX_OUTPUT_TOKENS, MAX_OUTPUT_TOKENS
 
 
 def test_a_price_costs_each_part_of_the_usage() -> None:
@@ -97,3 +98,11 @@ def test_the_examples_of_docs_spend_md_load(tmp_path: Path) -> None:
     assert prices.price_of("images", None) == Price(per_image=0.04)
     assert budgets.budget_of("acme") == Budget(500.0, 30 * 86400.0)
     assert budgets.budget_of("anyone") == Budget(50.0, 86400.0)
+
+
+def test_the_documented_output_limits_are_the_estimates() -> None:
+    """docs/spend.md's table of each model's longest answer is the one estimates use."""
+    doc = (Path(__file__).parents[2] / "docs" / "spend.md").read_text()
+    rows = dict(re.findall(r"^  \| `([^`]+)` \| ([\d,]+) \|$", doc, re.MULTILINE))
+    assert {m: int(n.replace(",", "")) for m, n in rows.items()} == MAX_OUTPUT_TOKENS
+    assert f"| any other | {DEFAULT_MAX_OUTPUT_TOKENS:,} |" in doc

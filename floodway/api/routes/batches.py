@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Header
+from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response
 
 from floodway.api.auth import Tenant
 from floodway.api.media import json_response
 from floodway.api.openapi import problems, submit_route
 from floodway.api.problems import ApiProblem
-from floodway.api.schemas import BatchIn, BatchOut, BatchStatus
+from floodway.api.schemas import BatchIn, BatchList, BatchOut, BatchStatus, BatchSummary
 from floodway.api.state import ApiState, api_state
 from floodway.core.states import TERMINAL, Status
 from floodway.core.task import new_id
 from floodway.runtime import BatchOf
+from floodway.wire.tasks import timestamp
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
@@ -63,13 +65,46 @@ async def submit_batch(
     responses=problems(401, 404),
 )
 async def batch_status(batch_id: str, tenant: Tenant, state: State) -> BatchStatus:
-    counts = {s.value: 0 for s in Status}
-    if BATCH_ID.fullmatch(batch_id):  # an id that cannot exist is simply not found
-        counts.update(await state.fw.batch_counts(batch_id, tenant=tenant))
-    total = sum(counts.values())
-    if total == 0:
+    found = (
+        await state.fw.batch_counts(batch_id, tenant=tenant) if BATCH_ID.fullmatch(batch_id) else {}
+    )
+    if not found:  # an id that cannot exist is simply not found
         raise ApiProblem(
             404, "batch-not-found", f"no batch {batch_id[:64]!r}", batch_id=batch_id[:64]
         )
+    return progress(BatchStatus, batch_id, found)
+
+
+Progress = TypeVar("Progress", bound=BatchStatus)
+
+
+def progress(
+    model: type[Progress], batch_id: str, found: Mapping[str, int], **extra: Any
+) -> Progress:
+    """A batch's counts for every status, its total, and whether all of it has ended."""
+    counts = {s.value: 0 for s in Status}
+    counts.update(found)
+    total = sum(counts.values())
     done = sum(counts[s.value] for s in TERMINAL) == total
-    return BatchStatus(id=batch_id, total=total, counts=counts, done=done)
+    return model(id=batch_id, total=total, counts=counts, done=done, **extra)
+
+
+@router.get(
+    "",
+    response_model=BatchList,
+    summary="The caller's newest batches and their progress",
+    responses=problems(401, 422),
+)
+async def list_batches(
+    tenant: Tenant,
+    state: State,
+    limit: Annotated[int, Query(ge=1, le=200, description="how many, newest first")] = 50,
+) -> BatchList:
+    """The caller's newest batches (by their newest task), each with its counts per status."""
+    found = await state.fw.batches(tenant=tenant, limit=limit)
+    return BatchList(
+        items=[
+            progress(BatchSummary, b.batch_id, b.counts, created_at=timestamp(b.created_at))
+            for b in found
+        ]
+    )

@@ -1,5 +1,6 @@
 """``GET /v1/tasks/{id}/events``: Server-Sent Events, one per status change, ending after the
-terminal one.
+terminal one, which carries the task as ``GET /v1/tasks/{id}`` answers it (its result or error:
+no second request).
 
 The stream is woken by this process's change hub the moment a status is written here; a slow
 re-check covers writes by other processes (workers elsewhere in a fleet). ``Last-Event-ID``
@@ -21,24 +22,29 @@ from floodway.api.routes.tasks import checked_id
 from floodway.api.state import ApiState, api_state
 from floodway.app import Floodway
 from floodway.clock import event_set_within
+from floodway.core.errors import TaskNotFound
 from floodway.core.states import TERMINAL
+from floodway.core.task import Task
 from floodway.store.base import TaskEvent
-from floodway.wire.tasks import timestamp
+from floodway.wire.tasks import task_json, timestamp
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
 EVENT_STREAM = "text/event-stream"
 
 
-def format_event(event: TaskEvent) -> str:
+def format_event(event: TaskEvent, ended: Task | None = None) -> str:
+    """One ``status`` event; the last of a stream (``ended``) also holds the task's body."""
     at = timestamp(event.at)
-    data = {
+    data: dict[str, object] = {
         "task_id": event.task_id,
         "status": event.status.value,
         "at": at.isoformat().replace("+00:00", "Z") if at else None,
         "attempt": event.attempt,
         "detail": event.detail,
     }
+    if ended is not None:
+        data["task"] = task_json(ended)
     return f"id: {event.seq}\nevent: status\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
@@ -51,25 +57,40 @@ async def status_stream(
         while True:
             changed.clear()  # before reading, so a write during the read wakes us again
             batch = await fw.events(task_id, after_seq)
+            ended = None
+            if not batch or batch[-1].status in TERMINAL:
+                # The stream ends only where the task has ended (a manual retry may have
+                # queued it again since that terminal event), with the task as it ended.
+                task = await _find(fw, task_id)
+                if task is None:
+                    return  # purged: nothing more will ever come
+                if task.terminal:
+                    # Its terminal event is written with its status: read up to it.
+                    seen = batch[-1].seq if batch else after_seq
+                    batch += await fw.events(task_id, seen)
+                    if not batch:
+                        # Resumed at (or past) the end: a browser's EventSource reconnects
+                        # with the terminal event's id after every stream the server closed.
+                        return
+                    ended = task
             for event in batch:
                 after_seq = event.seq
-                yield format_event(event)
-            if batch and batch[-1].status in TERMINAL:
+                yield format_event(event, ended if event is batch[-1] else None)
+            if ended is not None:
                 return
-            if not batch:
-                # Resumed at (or past) the end: a browser's EventSource reconnects with the
-                # terminal event's id after every stream the server closed.
-                task = await fw.store.get(task_id)
-                if task is None or task.terminal:
-                    for event in await fw.events(task_id, after_seq):  # it just ended
-                        yield format_event(event)
-                    return
             if not await event_set_within(changed, recheck_s):
-                if await fw.store.get(task_id) is None:
+                if await _find(fw, task_id) is None:
                     return  # purged meanwhile: nothing more will ever come
                 yield ": keep-alive\n\n"  # also keeps idle proxies from cutting the stream
     finally:
         hub.unwatch(task_id, changed)
+
+
+async def _find(fw: Floodway, task_id: str) -> Task | None:
+    try:
+        return await fw.get(task_id)
+    except TaskNotFound:
+        return None
 
 
 @router.get(
@@ -79,7 +100,8 @@ async def status_stream(
     responses={
         200: {
             "description": "One `status` event per change; the stream ends after the terminal "
-            "one. Each event's data: {task_id, status, at, attempt, detail}.",
+            "one. Each event's data: {task_id, status, at, attempt, detail}; the last one's "
+            "also `task`: the task as GET /v1/tasks/{id} answers it (result, error, cost).",
             "content": {EVENT_STREAM: {"schema": {"type": "string"}}},
         },
         **problems(401, 404),

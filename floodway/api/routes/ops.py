@@ -22,12 +22,16 @@ from floodway.api.schemas import (
     StatsOut,
     StatsSample,
     TimingOut,
+    WorkerOut,
+    WorkersOut,
+    WorkerTaskOut,
 )
 from floodway.api.state import ApiState, api_state
-from floodway.api.stats import Timing
+from floodway.api.stats import Timing, tenant_caps, tenant_resources
 from floodway.store.base import SpendQuery, SpendReport
 from floodway.version import __version__
 from floodway.wire.tasks import timestamp
+from floodway.worker.worker import WORKER_BEAT_S
 
 router = APIRouter(tags=["operations"])
 State = Annotated[ApiState, Depends(api_state)]
@@ -58,11 +62,11 @@ async def stats(who: Who, state: State) -> StatsOut:
 
 
 async def stats_snapshot(state: ApiState, tenant: str | None = None) -> StatsOut:
-    """What ``GET /v1/stats`` answers one tenant, or (None) an operator; the operator's view
-    is also sampled into the history."""
+    """What ``GET /v1/stats`` answers one tenant, or (None) an operator."""
     fw = state.fw
     counts = await fw.stats(tenant=tenant)
     window = await state.recent.window(fw, tenant)
+    snapshots = await resource_snapshot(fw.runtime)
     return StatsOut(
         tenant=tenant,
         tasks=dict(counts.by_status),
@@ -73,10 +77,22 @@ async def stats_snapshot(state: ApiState, tenant: str | None = None) -> StatsOut
         retries=window.retries(),
         retrying=counts.by_status.get("retrying", 0),
         dead_letters=counts.by_status.get("dead", 0),
-        resources=await resource_snapshot(fw.runtime) if tenant is None else {},
+        resources=snapshots if tenant is None else tenant_resources(fw, tenant, counts, snapshots),
+        caps={} if tenant is None else tenant_caps(state.settings, counts),
         upstream=fw.runtime.upstream_counts.as_dict() if tenant is None else {},
         spend=_spend_total(await fw.spend(SpendQuery(since=0.0, tenant=tenant))),
     )
+
+
+async def stats_views(state: ApiState) -> dict[str | None, StatsOut]:
+    """What ``GET /v1/stats`` answers an operator (None) and each tenant an API key maps to:
+    one sample of the history (a tenant's charts open drawn, from its own figures only)."""
+    api = state.settings.api
+    tenants = sorted({*api.keys.values(), *api.admin_keys.values()})
+    views: dict[str | None, StatsOut] = {None: await stats_snapshot(state)}
+    for tenant in tenants:
+        views[tenant] = await stats_snapshot(state, tenant)
+    return views
 
 
 def _spend_total(report: SpendReport) -> SpendTotalOut:
@@ -99,17 +115,64 @@ def _spend_total(report: SpendReport) -> SpendTotalOut:
     responses=problems(401),
 )
 async def stats_history(who: Who, state: State) -> StatsHistoryOut:
-    """What ``/v1/stats`` answered an operator over the last minutes, sampled by this API
-    process (the dashboard draws its charts from them when it opens). Empty on a fresh
-    process, and for a tenant's key: a tenant's view is not sampled, and the operator's tells
-    about every tenant."""
+    """What ``/v1/stats`` answered the caller over the last minutes (an operator's view, or
+    the caller's tenant's), sampled by this API process: the dashboard draws its charts from
+    them when it opens. Empty on a fresh process."""
     history = state.history
-    samples = history.samples() if history is not None and who.operator else []
+    view = None if who.operator else who.tenant
+    samples = history.samples() if history is not None else []
     return StatsHistoryOut(
         now=timestamp(state.fw.clock.now()) or datetime.now(UTC),
         interval_s=history.interval_s if history is not None else 0.0,
         samples=[
-            StatsSample(at=timestamp(s.at) or datetime.now(UTC), stats=s.value) for s in samples
+            StatsSample(at=timestamp(s.at) or datetime.now(UTC), stats=s.value[view])
+            for s in samples
+            if view in s.value
+        ],
+    )
+
+
+#: workers silent for longer are not listed
+WORKERS_SEEN_S = 600.0
+
+
+@router.get(
+    "/v1/workers",
+    response_model=WorkersOut,
+    summary="The workers of every process (an operator key when keys are configured)",
+    responses=problems(401, 403),
+)
+async def workers(_: Operator, state: State) -> WorkersOut:
+    """Each worker heard from in the last 10 minutes: host, pid, concurrency, kinds, its last
+    heartbeat, and the tasks it holds now (every tenant's: operators only)."""
+    now = state.fw.clock.now()
+    found = await state.fw.workers(now - WORKERS_SEEN_S)
+    epoch0 = datetime.fromtimestamp(0, UTC)
+    return WorkersOut(
+        now=timestamp(now) or datetime.now(UTC),
+        workers=[
+            WorkerOut(
+                id=w.owner,
+                host=w.host,
+                pid=w.pid,
+                concurrency=w.concurrency,
+                kinds=list(w.kinds),
+                started_at=timestamp(w.started_at) or epoch0,
+                heartbeat_at=timestamp(w.heartbeat_at) or epoch0,
+                heartbeat_age_s=max(0.0, now - w.heartbeat_at),
+                silent=now - w.heartbeat_at > 3 * WORKER_BEAT_S,
+                tasks=[
+                    WorkerTaskOut(
+                        id=t.task_id,
+                        kind=t.kind,
+                        tenant=t.tenant,
+                        attempt=t.attempt,
+                        since=timestamp(t.since),
+                    )
+                    for t in w.tasks
+                ],
+            )
+            for w in found
         ],
     )
 

@@ -93,6 +93,7 @@ async def spend(
         since=timestamp(start),
         cost=sum(line.cost for line in report.lines),
         saved=sum(line.saved for line in report.lines),
+        tier_saved=sum(line.tier_saved for line in report.lines),
         lines=[SpendLineOut(**vars(line)) for line in report.lines],
         bucket_s=bucket_s,
         series=[

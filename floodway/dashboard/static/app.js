@@ -1,94 +1,21 @@
 // The floodway dashboard: polls GET /v1/stats, keeps a time series of it in the page, and
-// offers the dead-letter list and a task's event history. Everything from the same origin.
+// offers the task list, batches, workers, the dead-letter list and a task's attempts and
+// event history. Everything from the same origin.
 
-import { ApiError, getJson, hasKey, loadKey, postJson, setKey } from "./api.js";
+import { $, costText, fmtAgo, fmtAmount, fmtAxis, fmtDate, fmtInt, fmtMoney, fmtRate, fmtSeconds, fmtTime, h, pct } from "./format.js";
+import { ApiError, getJson, hasKey, loadKey, postJson, request, setKey } from "./api.js";
 import { LineChart } from "./chart.js";
 import { followEvents } from "./events.js";
 import { Poller, backoffDelay } from "./poller.js";
 import { History, STATUSES } from "./series.js";
+import { RETRYABLE, TERMINAL, TaskList, badge, refreshBatches, refreshWorkers, renderAttempts, renderKinds } from "./views.js";
 
-const TERMINAL = new Set(["succeeded", "failed", "dead", "timeout", "cancelled", "deduped"]);
+const LISTS_REFRESH_MS = 5000; // the task list, batches and workers are re-read this often
 const DEAD_PAGE = 100; // rows shown
 const DEAD_REFRESH_MS = 15000; // the list is re-read at least this often (and when counts move)
 const RETRY_PARALLEL = 4;
 const FOLLOW_ATTEMPTS = 8; // event-stream reconnects without news before giving up
 const FOLLOW_DEADLINE_MS = 15 * 60 * 1000;
-
-const $ = (id) => document.getElementById(id);
-
-/** An element with text set as text (never parsed as HTML: task data is untrusted). */
-function h(tag, { cls, text, title, attrs } = {}, children = []) {
-  const node = document.createElement(tag);
-  if (cls) node.className = cls;
-  if (text !== undefined && text !== null) node.textContent = String(text);
-  if (title) node.title = title;
-  for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, String(value));
-  for (const child of children) if (child) node.appendChild(child);
-  return node;
-}
-
-// -- formatting ----------------------------------------------------------------------------
-const ints = new Intl.NumberFormat("en-US");
-const fmtInt = (n) => (Number.isFinite(n) ? ints.format(n) : "—");
-
-function fmtSeconds(s) {
-  if (!Number.isFinite(s)) return "—";
-  if (s === 0) return "0";
-  if (s < 0.001) return "<1 ms";
-  if (s < 1) return `${Math.round(s * 1000)} ms`;
-  if (s < 60) return `${s.toFixed(s < 10 ? 2 : 1)} s`;
-  if (s < 3600) return `${(s / 60).toFixed(1)} min`;
-  return `${(s / 3600).toFixed(1)} h`;
-}
-
-function fmtRate(v) {
-  if (!Number.isFinite(v)) return "—";
-  if (v === 0) return "0";
-  if (v < 0.1) return v.toFixed(3);
-  if (v < 10) return v.toFixed(2);
-  if (v < 100) return v.toFixed(1);
-  return ints.format(Math.round(v));
-}
-
-function fmtAgo(iso) {
-  if (!iso) return "—";
-  const seconds = (Date.now() - Date.parse(iso)) / 1000;
-  if (!Number.isFinite(seconds)) return "—";
-  if (seconds < 5) return "just now";
-  if (seconds < 90) return `${Math.round(seconds)} s ago`;
-  if (seconds < 5400) return `${Math.round(seconds / 60)} min ago`;
-  if (seconds < 172800) return `${Math.round(seconds / 3600)} h ago`;
-  return `${Math.round(seconds / 86400)} days ago`;
-}
-
-function fmtTime(iso) {
-  const date = new Date(iso);
-  if (Number.isNaN(date.getTime())) return iso || "—";
-  const pad = (n, w = 2) => String(n).padStart(w, "0");
-  return `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}.${pad(date.getMilliseconds(), 3)}`;
-}
-
-function fmtDate(iso) {
-  if (!iso) return "—";
-  const date = new Date(iso);
-  return Number.isNaN(date.getTime()) ? iso : `${date.toLocaleDateString()} ${fmtTime(iso)}`;
-}
-
-/** An amount for labels: whole numbers when large, at most one decimal, no trailing ".0". */
-function fmtAmount(v) {
-  if (!Number.isFinite(v)) return "—";
-  if (Math.abs(v) >= 100) return ints.format(Math.round(v));
-  return String(Number(v.toFixed(Math.abs(v) >= 10 ? 0 : 1)));
-}
-
-/** Axis labels: like fmtRate, without trailing zeros. */
-function fmtAxis(v) {
-  if (!Number.isFinite(v)) return "";
-  if (v >= 100) return ints.format(Math.round(v));
-  return String(Number(v.toPrecision(3)));
-}
-
-const pct = (used, total) => (total > 0 ? Math.min(100, Math.max(0, (100 * used) / total)) : 0);
 
 // -- connection status and the API key -----------------------------------------------------
 let lastOk = 0;
@@ -123,12 +50,14 @@ function showConn() {
   if ($("conn-text").textContent !== text) $("conn-text").textContent = text;
 }
 
+let addressNote = ""; // why a key in the address was not used
+
 function showAuthProblem(error) {
   const banner = $("auth-message");
   const refused = hasKey();
-  banner.textContent = refused
+  banner.textContent = addressNote + (refused
     ? `The API key was refused (${error.detail || "unauthorized"}). Enter a valid key in the API key field above and press Save.`
-    : "This server needs an API key. Enter it in the API key field above and press Save; it is kept in this browser only.";
+    : "This server needs an API key. Enter it in the API key field above and press Save; it is kept in this browser only.");
   banner.hidden = false;
   $("api-key").setAttribute("aria-invalid", "true");
   if (document.activeElement !== $("api-key")) $("api-key").focus();
@@ -169,7 +98,9 @@ function renderStates(stats) {
     count.dataset.value = String(n);
     item.classList.toggle("zero", n === 0);
   }
-  $("states-total").textContent = `${fmtInt(total)} tasks in the ledger (all tenants)`;
+  // An operator's view (tenant null) counts every tenant; a tenant's key sees its own.
+  const whose = stats.tenant === null || stats.tenant === undefined ? "all tenants" : `tenant ${stats.tenant}`;
+  $("states-total").textContent = `${fmtInt(total)} tasks in the ledger (${whose})`;
   $("states-total").dataset.value = String(total);
 }
 
@@ -191,7 +122,7 @@ function makeCharts() {
       series: [
         { key: "mid", label: "p50" },
         { key: "p95", label: "p95" },
-        { key: "wait", label: "queue wait p95" },
+        { key: "wait", label: "queue wait p95", dashed: true },
       ],
       format: fmtSeconds,
       minMax: 0.1,
@@ -254,7 +185,9 @@ function renderCharts(stats, sample) {
   const note = $("errors-note");
   const c = sample.counters;
   if (c.throttled === null && c.serverErrors === null) {
-    note.textContent = "This server reports no upstream answer counts (no resource limits are configured).";
+    note.textContent = isTenantView(stats)
+      ? "Upstream answer counts cover every tenant's calls: an operator key ([api] admin_keys) shows them."
+      : "This server reports no upstream answer counts.";
   } else if (c.serverErrors === null) {
     note.textContent = "429s are counted by the limiter of this API process; this server does not report 5xx counts.";
   } else {
@@ -340,13 +273,38 @@ function heldBack(held) {
   return h("p", { cls: "held-back", text: `Held back by ${text}` });
 }
 
+const isTenantView = (stats) => stats.tenant !== null && stats.tenant !== undefined;
+
+const CAP_LABELS = { concurrency: "Tasks in flight", interactive_depth: "Interactive depth", submit_rate: "Submits / s" };
+
+// A tenant's own caps: its share of the fleet, whatever the resources allow.
+function renderCaps(stats) {
+  const caps = Object.entries(stats.caps || {});
+  $("caps").hidden = caps.length === 0;
+  $("caps").replaceChildren(
+    h("h3", { text: "This tenant's caps" }),
+    ...caps.map(([name, cap]) => {
+      const label = CAP_LABELS[name] || name;
+      const row = cap.use === null || cap.use === undefined
+        ? h("div", { cls: "meter-row" }, [
+            h("span", { cls: "meter-label", text: label }),
+            h("span", { cls: "meter-text", text: `limit ${fmtAmount(cap.limit)} ${cap.unit}` }),
+          ])
+        : meter(label, cap.use, cap.limit, `${fmtInt(cap.use)} of ${fmtAmount(cap.limit)} ${cap.unit}`);
+      row.dataset.cap = name;
+      return row;
+    }),
+  );
+}
+
 function renderResources(stats) {
+  renderCaps(stats);
   const resources = stats.resources || {};
   const names = Object.keys(resources).sort();
   const box = $("resources");
   if (!names.length) {
-    const text = stats.tenant
-      ? "Resource limits are shared by every tenant: an operator key ([api] admin_keys) shows them."
+    const text = isTenantView(stats)
+      ? "None of this tenant's kinds counts against a resource limit."
       : "No resource limits are configured.";
     box.replaceChildren(h("p", { cls: "empty", text }));
     return;
@@ -365,7 +323,16 @@ function renderResources(stats) {
           : "";
         chips.push(h("span", { cls: "chip", text: `429s seen: ${fmtInt(r.throttles)}${split}` }));
       }
-      const inFlight = r.concurrency > 0
+      const own = isTenantView(stats);
+      const inFlight = own
+        ? h("div", { cls: "meter-row" }, [
+            h("span", { cls: "meter-label", text: "In flight" }),
+            h("span", {
+              cls: "meter-text",
+              text: `${fmtInt(r.in_flight ?? 0)} of this tenant's tasks${r.concurrency > 0 ? ` · limit ${fmtInt(r.concurrency)} for every tenant` : ""}`,
+            }),
+          ])
+        : r.concurrency > 0
         ? meter("In flight", r.in_flight, r.concurrency, `${fmtInt(r.in_flight)} of ${fmtInt(r.concurrency)}`)
         : h("div", { cls: "meter-row" }, [
             h("span", { cls: "meter-label", text: "In flight" }),
@@ -373,6 +340,7 @@ function renderResources(stats) {
           ]);
       const card = h("div", { cls: "resource", attrs: { "data-resource": name } }, [
         h("div", { cls: "resource-head" }, [h("h3", { text: name }), h("div", { cls: "chips" }, chips)]),
+        own && r.kinds ? h("p", { cls: "muted", text: `used by ${r.kinds.join(", ")}` }) : null,
         inFlight,
         bucketMeter("Requests", r.requests, "req"),
         bucketMeter("Tokens", r.tokens, "tokens"),
@@ -388,12 +356,19 @@ function renderResources(stats) {
 
 // -- spend ---------------------------------------------------------------------------------
 const SPEND_REFRESH_MS = 10000; // the spend ledger is re-read at most this often
-const SPEND_SUB = "last 24 h, at the configured prices";
+// The time range the page shows: the charts' window (at most what the page and the server keep,
+// 15 min) and the spend panel's and the per-kind breakdown's span.
+export const RANGES = {
+  "5m": { label: "5 min", chartMs: 5 * 60000, since: "5m", bucket: "1m", bars: 5, bar: "minute" },
+  "15m": { label: "15 min", chartMs: 15 * 60000, since: "15m", bucket: "1m", bars: 15, bar: "minute" },
+  "1h": { label: "1 h", chartMs: 15 * 60000, since: "1h", bucket: "5m", bars: 12, bar: "5 min" },
+  "24h": { label: "24 h", chartMs: 15 * 60000, since: "24h", bucket: "1h", bars: 24, bar: "hour" },
+  "7d": { label: "7 days", chartMs: 15 * 60000, since: "7d", bucket: "6h", bars: 28, bar: "6 h" },
+};
+let range = RANGES["24h"];
+const spendSub = () => `last ${range.label}, at the configured prices`;
 let spendReadAt = 0;
 let spendBusy = false;
-
-const money = new Intl.NumberFormat("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 4 });
-const fmtMoney = (v) => (Number.isFinite(v) ? money.format(v) : "—");
 
 /** Spent per hour over the window, one bar each (summed over tenants and kinds). */
 function renderSpendBars(view) {
@@ -404,7 +379,7 @@ function renderSpendBars(view) {
   }
   const bucketMs = (view.bucket_s || 3600) * 1000;
   const end = Math.floor(Date.now() / bucketMs) * bucketMs;
-  const starts = Array.from({ length: 24 }, (_, i) => end - (23 - i) * bucketMs);
+  const starts = Array.from({ length: range.bars }, (_, i) => end - (range.bars - 1 - i) * bucketMs);
   const top = Math.max(0, ...starts.map((t) => perBucket.get(t) || 0));
   const box = $("spend-bars");
   box.replaceChildren(
@@ -416,7 +391,9 @@ function renderSpendBars(view) {
       return bar;
     }),
   );
-  box.setAttribute("aria-label", `Spend per hour over the last 24 h: at most ${fmtMoney(top)} an hour, ${fmtMoney(view.cost)} in all`);
+  box.setAttribute("aria-label", `Spend per ${range.bar} over the last ${range.label}: at most ${fmtMoney(top)} a ${range.bar}, ${fmtMoney(view.cost)} in all`);
+  $("spend-axis-start").textContent = `${range.label} ago`;
+  $("spend-axis-unit").textContent = `per ${range.bar}`;
 }
 
 function renderBudgets(budgets) {
@@ -468,8 +445,11 @@ async function refreshSpend() {
   spendBusy = true;
   spendReadAt = Date.now();
   try {
-    renderSpend(await getJson("v1/spend", { params: { since: "24h", bucket: "1h" } }));
-    $("spend-sub").textContent = SPEND_SUB;
+    const view = await getJson("v1/spend", { params: { since: range.since, bucket: range.bucket } });
+    renderSpend(view);
+    lastSpend = view;
+    renderKinds(lastStats, lastSpend);
+    $("spend-sub").textContent = spendSub();
   } catch (error) {
     spendReadAt = 0;
     $("spend-sub").textContent = `spend unavailable: ${error.message}`;
@@ -516,6 +496,10 @@ async function refreshDead() {
     ]);
   });
   $("dead-rows").replaceChildren(...rows);
+  // The badge counts what the list lists: this key's tenant's dead letters (an operator's
+  // stats count every tenant's).
+  $("dead-count").textContent = page.next ? `${fmtInt(rows.length)}+` : fmtInt(rows.length);
+  $("dead-count").dataset.value = page.next ? `${rows.length}+` : String(rows.length);
   $("dead-table").hidden = rows.length === 0;
   $("dead-empty").hidden = rows.length !== 0;
   $("retry-all").disabled = rows.length === 0;
@@ -634,11 +618,6 @@ function taskMessage(text, kind = "") {
   $("task-message").dataset.kind = kind;
 }
 
-function badge(node, status) {
-  node.textContent = status;
-  node.className = `badge status-${status}`;
-}
-
 function json(value) {
   return value === null || value === undefined ? "—" : JSON.stringify(value, null, 2);
 }
@@ -646,6 +625,7 @@ function json(value) {
 function renderTask(task) {
   $("task-title").textContent = task.id;
   badge($("task-status"), task.status);
+  taskActions(task);
   const fields = [
     ["Kind", task.kind],
     ["Lane", task.lane],
@@ -656,7 +636,7 @@ function renderTask(task) {
     ["Finished", task.finished_at && fmtDate(task.finished_at)],
     ["Next attempt", task.next_attempt_at && fmtDate(task.next_attempt_at)],
     ["Deadline", task.deadline_at && fmtDate(task.deadline_at)],
-    ["Cost", task.cost && `${fmtRate(task.cost.estimated)} estimated${task.cost.actual !== null && task.cost.actual !== undefined ? `, ${fmtRate(task.cost.actual)} actual` : ""}`],
+    ["Cost", task.cost && costText(task.cost)],
     ["Upstream ref", task.upstream_ref],
     ["Idempotency key", task.idempotency_key],
     ["Duplicate of", task.duplicate_of],
@@ -670,7 +650,11 @@ function renderTask(task) {
   $("task-error").textContent = json(task.error);
 }
 
+let shownEvents = []; // the events of the task on show, for its attempts
+
 function appendEvent(data) {
+  shownEvents.push(data);
+  renderAttempts(shownEvents, $("task-attempts"));
   const status = h("span");
   badge(status, data.status);
   const row = h("li", { attrs: { "data-status": data.status } }, [
@@ -709,7 +693,11 @@ async function follow(id, signal) {
           news = true;
           appendEvent(data);
           badge($("task-status"), data.status);
-          if (TERMINAL.has(data.status)) ended = data.status;
+          // The stream's last event carries the task as it ended: its result, no second read.
+          if (data.task) {
+            ended = data.status;
+            renderTask(data.task);
+          }
         },
       });
     } catch (error) {
@@ -727,11 +715,6 @@ async function follow(id, signal) {
     if (signal.aborted) return;
     if (ended) {
       state.textContent = `· ended (${ended})`;
-      try {
-        renderTask(await getJson(`v1/tasks/${encodeURIComponent(id)}`, { signal }));
-      } catch {
-        /* the history is shown; the refreshed fields are a nicety */
-      }
       return;
     }
     quiet = news ? 0 : quiet + 1;
@@ -753,6 +736,8 @@ async function showTask(rawId) {
   const { signal } = following;
   $("task-view").hidden = true;
   $("task-events").replaceChildren();
+  shownEvents = [];
+  renderAttempts(shownEvents, $("task-attempts"));
   $("events-state").textContent = "";
   if (!/^[A-Za-z0-9_-]{1,64}$/.test(id)) {
     taskMessage("A task id is 1 to 64 letters, digits, '_' or '-'.", "error");
@@ -775,22 +760,115 @@ async function showTask(rawId) {
   taskMessage("");
   renderTask(task);
   $("task-view").hidden = false;
-  replaceHash(`#task=${encodeURIComponent(id)}`);
+  setFragment({ task: id });
   follow(id, signal);
 }
 
-function replaceHash(hash) {
+function openTask(id) {
+  $("task-id").value = id;
+  showTask(id);
+  $("search-title").scrollIntoView({ behavior: "smooth", block: "start" });
+}
+
+// Cancel and retry of the task on show; the list and the counts follow.
+function taskActions(task) {
+  const buttons = [];
+  const act = (label, method, path) => {
+    const button = h("button", { cls: "small secondary", text: label, attrs: { type: "button", id: `task-${label.toLowerCase()}` } });
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      try {
+        const after = await request(method, path);
+        taskMessage(`Task ${task.id} is ${after.status}.`, "ok");
+        showTask(task.id);
+      } catch (error) {
+        if (error.status === 401) showAuthProblem(error);
+        taskMessage(`Could not ${label.toLowerCase()} ${task.id}: ${error.detail || problemText(error)}`, "error");
+        button.disabled = false;
+      }
+      listsReadAt = 0;
+      deadDirty = true;
+      poller.kick();
+    });
+    buttons.push(button);
+  };
+  const path = `v1/tasks/${encodeURIComponent(task.id)}`;
+  if (!TERMINAL.has(task.status)) act("Cancel", "DELETE", path);
+  if (RETRYABLE.has(task.status)) act("Retry", "POST", `${path}/retry`);
+  $("task-actions").replaceChildren(...buttons);
+}
+
+// -- the address: #key=... (read once, then removed), #task=ID, #range=24h ------------------
+function fragment() {
+  return new URLSearchParams(location.hash.replace(/^#/, ""));
+}
+
+function setFragment(changes) {
+  const params = fragment();
+  for (const [name, value] of Object.entries(changes)) {
+    if (value === null || value === undefined || value === "") params.delete(name);
+    else params.set(name, value);
+  }
+  const text = params.toString();
   try {
-    window.history.replaceState(null, "", hash);
+    window.history.replaceState(null, "", text ? `#${text}` : `${location.pathname}${location.search}`);
   } catch {
     /* sandboxed: the deep link is a nicety */
   }
+}
+
+/**
+ * A key given after the # (a link from a script or a runbook) is taken and stored like a
+ * typed one, then removed from the address bar and the history entry: a fragment never goes
+ * to the server, nor to its logs or a proxy's. One in the query string is refused for that.
+ */
+function keyFromAddress() {
+  if (new URLSearchParams(location.search).has("key")) {
+    addressNote = "An API key in the query string (?key=) is sent to the server and kept in its logs: it was not used. Pass it after the # instead (#key=...), or type it in the API key field. ";
+    const banner = $("auth-message");
+    banner.textContent = addressNote;
+    banner.hidden = false;
+  }
+  const given = fragment().get("key");
+  if (given === null) return;
+  setFragment({ key: null });
+  setKey(given);
+}
+
+function setRange(name) {
+  range = RANGES[name] || RANGES["24h"];
+  $("range").value = Object.keys(RANGES).find((k) => RANGES[k] === range);
+  for (const chart of Object.values(charts)) chart.setWindow(range.chartMs);
+  $("charts-range").textContent = range.chartMs < 15 * 60000 ? `charts: last ${range.label}` : "charts: the last 15 min (what the server keeps)";
+  $("spend-empty").textContent = `Nothing billed in the last ${range.label}.`;
+  $("kinds-sub").textContent = `tasks in the ledger by state; spend over the last ${range.label}`;
+  spendReadAt = 0;
+  refreshSpend();
 }
 
 // -- wiring --------------------------------------------------------------------------------
 function pollInterval() {
   const asked = Number(new URLSearchParams(location.search).get("poll"));
   return Number.isFinite(asked) && asked >= 250 ? Math.min(asked, 60000) : 2000;
+}
+
+let lastStats = null;
+let lastSpend = null; // the spend panel's last answer, for the per-kind breakdown
+let listsReadAt = 0;
+let listsBusy = false;
+let taskList = null;
+
+/** The task list's page, the batches and the workers, re-read beside the poll. */
+async function refreshLists(stats) {
+  taskList.kinds(Object.keys(stats.by_kind || {}));
+  if (listsBusy || Date.now() - listsReadAt < LISTS_REFRESH_MS) return;
+  listsBusy = true;
+  listsReadAt = Date.now();
+  try {
+    await Promise.all([taskList.refresh(), refreshBatches((id) => taskList.showBatch(id)), refreshWorkers(stats, openTask)]);
+  } finally {
+    listsBusy = false;
+  }
 }
 
 async function pollOnce() {
@@ -801,9 +879,10 @@ async function pollOnce() {
   renderStates(stats);
   renderCharts(stats, sample);
   renderResources(stats);
+  lastStats = stats;
+  renderKinds(stats, lastSpend);
   refreshSpend(); // not awaited: it catches its own failures
-  $("dead-count").textContent = fmtInt(stats.dead_letters ?? 0);
-  $("dead-count").dataset.value = String(stats.dead_letters ?? 0);
+  refreshLists(stats); // nor this one
   if (deadNeedsRefresh(stats)) {
     await refreshDead();
     deadSeen = stats.dead_letters;
@@ -839,7 +918,23 @@ const poller = new Poller(pollOnce, {
 });
 
 function wire() {
+  keyFromAddress();
   charts = makeCharts();
+  taskList = new TaskList({
+    onOpen: openTask,
+    onChange: () => {
+      deadDirty = true;
+      listsReadAt = 0;
+      poller.kick();
+    },
+    onAuth: showAuthProblem,
+  });
+  for (const [name, r] of Object.entries(RANGES)) $("range").appendChild(h("option", { text: r.label, attrs: { value: name } }));
+  $("range").addEventListener("change", () => {
+    setRange($("range").value);
+    setFragment({ range: $("range").value });
+  });
+  setRange(fragment().get("range") || "24h");
   for (const status of STATUSES) stateCell(status);
   $("dead-table").hidden = true;
   $("api-key").value = loadKey();
@@ -876,10 +971,10 @@ function wire() {
       $("version").textContent = `floodway ${health.version}`;
     })
     .catch(() => {});
-  const linked = /^#task=([A-Za-z0-9_-]{1,64})$/.exec(location.hash);
-  if (linked) {
-    $("task-id").value = linked[1];
-    showTask(linked[1]);
+  const linked = fragment().get("task");
+  if (linked && /^[A-Za-z0-9_-]{1,64}$/.test(linked)) {
+    $("task-id").value = linked;
+    showTask(linked);
   }
   window.floodwayDashboard = { poller, history }; // for tests and the curious
   loadHistory().finally(() => poller.start());

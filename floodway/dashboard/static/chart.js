@@ -35,7 +35,8 @@ function ago(ms) {
 
 export class LineChart {
   /**
-   * series: [{key, label}] (the n-th gets the CSS class "series-n"); format(v) labels the
+   * series: [{key, label, dashed}] (the n-th gets the CSS class "series-n"; a dashed one stays
+   * told apart where it runs on top of another); format(v) labels the
    * y axis; minMax: the y axis shows at least 0..minMax; gapMs: a longer gap breaks the line.
    */
   constructor(container, { series, format = String, minMax = 1, windowMs = 300000, minWindowMs = 30000, gapMs = 15000, height = 150 }) {
@@ -59,6 +60,12 @@ export class LineChart {
         }
       }).observe(container);
     }
+  }
+
+  /** The longest window the chart shows (the time range chosen). */
+  setWindow(ms) {
+    this.maxWindowMs = ms;
+    this.draw();
   }
 
   /** points: [{t: ms since epoch, values: {key: number | null}}], oldest first. */
@@ -125,7 +132,7 @@ export class LineChart {
         d += `${joined ? "L" : "M"}${x(p.t).toFixed(1)},${y(v).toFixed(1)}`;
         prevT = p.t;
       }
-      if (d) el("path", { d, class: `chart-line series-${index}` }, svg);
+      if (d) el("path", { d, class: `chart-line series-${index}${s.dashed ? " dashed" : ""}` }, svg);
       const last = [...visible].reverse().find((p) => Number.isFinite(p.values[s.key]));
       if (last) el("circle", { cx: x(last.t), cy: y(last.values[s.key]), r: 3, class: `chart-dot series-${index}` }, svg);
     });

@@ -41,6 +41,10 @@ class SimulatorConfig(BaseModel):
         0.0, ge=0, description="OpenAI streams (--openai): the gap between two of a stream's events"
     )
 
+    batch_hold_s: float = Field(
+        0.0, ge=0, description="--openai: how long a batch of the Batch API takes to answer"
+    )
+
     async_jobs: bool = Field(False, description="202 at once, the job finishes later")
     job_duration_ms: float = Field(3000.0, ge=0, description="mean async job duration")
     webhook: bool = Field(False, description="POST a signed callback when a job ends")

@@ -15,11 +15,12 @@
 -- name: insert_task
 INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
                    idempotency_key, fingerprint, cost_estimated, spend_hold, created_at,
-                   updated_at, deadline_at, next_attempt_at, metadata, callback_url, batch_id)
+                   updated_at, deadline_at, next_attempt_at, metadata, callback_url, batch_id,
+                   tier)
 VALUES (%(id)s, %(kind)s, 'queued', %(lane)s, %(lane_rank)s, %(tenant)s, %(input)s,
         %(max_attempts)s, %(idempotency_key)s::text, %(fingerprint)s::text, %(cost_estimated)s,
         %(spend_hold)s, %(now)s, %(now)s, %(deadline_at)s::double precision, %(now)s, %(metadata)s,
-        %(callback_url)s::text, %(batch_id)s::text)
+        %(callback_url)s::text, %(batch_id)s::text, %(tier)s::text)
 RETURNING *;
 
 -- Many submits' tasks in one statement: the rows in the given order (seq follows it), their
@@ -34,11 +35,11 @@ WITH given AS (
             max_attempts integer, idempotency_key text, fingerprint text,
             cost_estimated double precision, spend_hold double precision,
             now double precision, deadline_at double precision, metadata text,
-            callback_url text, batch_id text, request_hash text,
+            callback_url text, batch_id text, tier text, request_hash text,
             key_expires_at double precision))
         WITH ORDINALITY AS g(id, kind, lane, lane_rank, tenant, input, max_attempts,
                              idempotency_key, fingerprint, cost_estimated, spend_hold, now,
-                             deadline_at, metadata, callback_url, batch_id, request_hash,
+                             deadline_at, metadata, callback_url, batch_id, tier, request_hash,
                              key_expires_at, ord)
 ), keyed AS (
     INSERT INTO request_keys (tenant, key, task_id, request_hash, expires_at)
@@ -50,10 +51,10 @@ WITH given AS (
     INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
                        idempotency_key, fingerprint, cost_estimated, spend_hold, created_at,
                        updated_at, deadline_at, next_attempt_at, metadata, callback_url,
-                       batch_id)
+                       batch_id, tier)
     SELECT id, kind, 'queued', lane, lane_rank, tenant, input, max_attempts, idempotency_key,
            fingerprint, cost_estimated, spend_hold, now, now, deadline_at, now, metadata,
-           callback_url, batch_id
+           callback_url, batch_id, tier
     FROM given
     WHERE idempotency_key IS NULL OR id IN (SELECT task_id FROM keyed)
     ORDER BY ord
@@ -227,6 +228,7 @@ WHERE tasks.waits_for = %(waits_for)s AND tasks.status = 'queued';
 -- Up to the limit of ready tasks of EACH tenant with work, so admission control can take turns.
 -- The recursive part is a skip-scan over tasks_ready_tenant (one index probe per tenant);
 -- the lateral part reads each tenant's queue in dispatch order along the same index.
+-- lane_rank, not lane: the lane a task is dispatched in may be one a waiter lent it.
 WITH RECURSIVE tenants(name) AS (
     SELECT min(tenant) FROM tasks
     WHERE status IN ('queued', 'retrying') AND waits_for IS NULL
@@ -236,7 +238,8 @@ WITH RECURSIVE tenants(name) AS (
               AND tenant > tenants.name)
     FROM tenants WHERE tenants.name IS NOT NULL
 )
-SELECT t.id, t.kind, t.tenant, t.lane, t.cost_estimated, t.seq, t.created_at, t.deadline_at
+SELECT t.id, t.kind, t.tenant, t.lane_rank, t.cost_estimated, t.seq, t.created_at,
+       t.deadline_at
 FROM tenants CROSS JOIN LATERAL (
     SELECT y.* FROM tasks y
     WHERE y.tenant = tenants.name AND y.status IN ('queued', 'retrying')
@@ -444,6 +447,12 @@ RETURNING *;
 -- name: next_parked_at
 SELECT min(next_attempt_at) AS at FROM tasks WHERE status = 'running' AND parked;
 
+-- name: hasten_parked
+UPDATE tasks
+SET next_attempt_at = %(now)s::float8 + %(ratio)s::float8 * (%(now)s::float8 - started_at)
+WHERE status = 'running' AND parked AND kind = %(kind)s AND started_at IS NOT NULL
+  AND next_attempt_at > %(now)s::float8 + %(ratio)s::float8 * (%(now)s::float8 - started_at);
+
 -- name: find_upstream
 SELECT * FROM tasks WHERE kind = %(kind)s AND upstream_ref = %(ref)s LIMIT 1;
 
@@ -455,6 +464,23 @@ ORDER BY callback_next_at LIMIT %(limit)s;
 UPDATE tasks SET callback_state = %(state)s, callback_attempts = callback_attempts + 1,
     callback_next_at = %(next_at)s::double precision
 WHERE id = %(id)s AND callback_state = 'pending';
+
+-- A completion's effects, in its transaction (migration 011).
+-- name: insert_effects
+INSERT INTO effects (task_id, effect, due_at)
+SELECT g.task_id, g.effect, %(now)s
+FROM json_to_recordset(%(rows)s::json) AS g(task_id text, effect text);
+
+-- name: due_effects
+SELECT e.seq AS effect_seq, e.effect, e.attempts AS effect_attempts, t.*
+FROM effects e JOIN tasks t ON t.id = e.task_id
+WHERE e.due_at <= %(now)s ORDER BY e.due_at LIMIT %(limit)s;
+
+-- name: effect_done
+DELETE FROM effects WHERE seq = %(seq)s;
+
+-- name: effect_retry
+UPDATE effects SET attempts = attempts + 1, due_at = %(due_at)s WHERE seq = %(seq)s;
 
 -- -- recovery and maintenance -----------------------------------------------------------------
 
@@ -544,18 +570,24 @@ SELECT (SELECT COALESCE(sum(cost), 0) FROM spend WHERE tenant = %(tenant)s AND a
 
 -- name: insert_spend
 INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images,
-                   possibly)
+                   over_estimate, tier, tier_saved, possibly)
 SELECT t.id, t.tenant, t.kind, %(at)s, g.cost, g.input_tokens, g.output_tokens, g.images,
-       g.possibly
+       greatest(0, g.cost - t.spend_hold), g.tier, g.tier_saved, g.possibly
 FROM json_to_recordset(%(rows)s::json) AS g(
         task_id text, cost double precision, input_tokens double precision,
-        output_tokens double precision, images double precision, possibly boolean)
+        output_tokens double precision, images double precision, tier text,
+        tier_saved double precision, possibly boolean)
 JOIN tasks t ON t.id = g.task_id;
+
+-- name: note_over_estimate
+UPDATE tasks SET over_estimate = tasks.over_estimate + (g.cost - tasks.spend_hold)
+FROM json_to_recordset(%(rows)s::json) AS g(task_id text, cost double precision)
+WHERE tasks.id = g.task_id AND g.cost > tasks.spend_hold;
 
 -- A deduped task saved what its source's work cost.
 -- name: insert_saved
-INSERT INTO spend (task_id, tenant, kind, at, saved)
-SELECT t.id, t.tenant, t.kind, %(at)s,
+INSERT INTO spend (task_id, tenant, kind, at, deduped, saved)
+SELECT t.id, t.tenant, t.kind, %(at)s, true,
        (SELECT COALESCE(sum(s.cost), 0) FROM spend s WHERE s.task_id = g.source)
 FROM json_to_recordset(%(rows)s::json) AS g(task_id text, source text)
 JOIN tasks t ON t.id = g.task_id;
@@ -563,8 +595,9 @@ JOIN tasks t ON t.id = g.task_id;
 -- name: spend_totals
 SELECT tenant, kind, sum(cost) AS cost, sum(saved) AS saved,
        sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
-       sum(images) AS images, count(*) FILTER (WHERE saved = 0) AS calls,
-       count(*) FILTER (WHERE saved <> 0) AS deduped
+       sum(images) AS images, sum(over_estimate) AS over_estimate,
+       count(*) FILTER (WHERE NOT deduped) AS calls, count(*) FILTER (WHERE deduped) AS deduped,
+       sum(tier_saved) AS tier_saved
 FROM spend
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text) AND at >= %(since)s
@@ -610,6 +643,40 @@ ORDER BY seq DESC LIMIT %(limit)s;
 SELECT status, count(*) AS count FROM tasks
 WHERE batch_id = %(batch_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 GROUP BY status;
+
+-- name: worker_beat
+INSERT INTO workers (owner, host, pid, concurrency, kinds, started_at, heartbeat_at)
+VALUES (%(owner)s, %(host)s, %(pid)s, %(concurrency)s, %(kinds)s, %(started_at)s, %(now)s)
+ON CONFLICT (owner) DO UPDATE SET heartbeat_at = excluded.heartbeat_at;
+
+-- name: drop_stale_workers
+DELETE FROM workers WHERE heartbeat_at < %(stale)s;
+
+-- name: worker_gone
+DELETE FROM workers WHERE owner = %(owner)s;
+
+-- name: list_workers
+SELECT owner, host, pid, concurrency, kinds, started_at, heartbeat_at FROM workers
+WHERE heartbeat_at >= %(since)s ORDER BY host, pid, owner;
+
+-- name: worker_tasks
+-- The tasks whose lease a listed worker holds: its calls in flight.
+SELECT t.lease_owner, t.id, t.kind, t.tenant, t.attempts, t.attempt_at FROM tasks t
+JOIN workers w ON t.lease_owner = w.owner
+WHERE t.lease_token IS NOT NULL AND w.heartbeat_at >= %(since)s
+ORDER BY t.attempt_at, t.seq;
+
+-- name: list_batches
+-- A tenant's newest batches (by their newest task), each one's tasks per status.
+WITH newest AS (
+    SELECT batch_id, max(seq) AS last_seq, min(created_at) AS created_at FROM tasks
+    WHERE tenant = %(tenant)s AND batch_id IS NOT NULL
+    GROUP BY batch_id ORDER BY max(seq) DESC LIMIT %(limit)s
+)
+SELECT n.batch_id, n.created_at, n.last_seq, t.status, count(*) AS count
+FROM newest n JOIN tasks t ON t.batch_id = n.batch_id AND t.tenant = %(tenant)s
+GROUP BY n.batch_id, n.created_at, n.last_seq, t.status
+ORDER BY n.last_seq DESC;
 
 -- -- this backend's own: change notices, liveness, migrations ---------------------------------
 
@@ -686,3 +753,7 @@ WHERE id = %(id)s AND tenant = %(tenant)s AND finished_at IS NOT NULL;
 
 -- name: forget_stream
 DELETE FROM stream_events WHERE task_id = %(id)s;
+
+-- The server's clock as it is now (not the transaction's start), for LedgerClock.
+-- name: server_time
+SELECT extract(epoch FROM clock_timestamp())::float8 AS now;

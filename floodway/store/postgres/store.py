@@ -188,6 +188,11 @@ class PostgresStore(Ledger):
             raise StoreError("store is not open")
         return self._feed.subscribe()
 
+    async def server_time(self) -> float | None:
+        row = await self._one("server_time")
+        assert row is not None  # one row, always
+        return float(row["now"])
+
     # -- the two primitives of the ledger --------------------------------------------------
     async def _fetch(self, query: Query) -> Any:
         try:

@@ -9,10 +9,11 @@
 -- name: insert_task
 INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
                    idempotency_key, fingerprint, cost_estimated, spend_hold, created_at,
-                   updated_at, deadline_at, next_attempt_at, metadata, callback_url, batch_id)
+                   updated_at, deadline_at, next_attempt_at, metadata, callback_url, batch_id,
+                   tier)
 VALUES (:id, :kind, 'queued', :lane, :lane_rank, :tenant, :input, :max_attempts,
         :idempotency_key, :fingerprint, :cost_estimated, :spend_hold, :now, :now,
-        :deadline_at, :now, :metadata, :callback_url, :batch_id)
+        :deadline_at, :now, :metadata, :callback_url, :batch_id, :tier)
 RETURNING *;
 
 -- name: get_task
@@ -141,6 +142,7 @@ WHERE waits_for = :waits_for AND +status = 'queued';
 
 -- name: ready
 -- Up to :limit ready tasks of EACH tenant with work, so admission control can take turns.
+-- lane_rank, not lane: the lane a task is dispatched in may be one a waiter lent it.
 WITH RECURSIVE tenants(name) AS (
     SELECT min(tenant) FROM tasks INDEXED BY tasks_ready_tenant
     WHERE status IN ('queued', 'retrying') AND waits_for IS NULL
@@ -150,7 +152,8 @@ WITH RECURSIVE tenants(name) AS (
               AND tenant > tenants.name)
     FROM tenants WHERE tenants.name IS NOT NULL
 )
-SELECT t.id, t.kind, t.tenant, t.lane, t.cost_estimated, t.seq, t.created_at, t.deadline_at
+SELECT t.id, t.kind, t.tenant, t.lane_rank, t.cost_estimated, t.seq, t.created_at,
+       t.deadline_at
 FROM tenants JOIN tasks t ON t.seq IN (
     SELECT y.seq FROM tasks y INDEXED BY tasks_ready_tenant
     WHERE y.tenant = tenants.name AND y.status IN ('queued', 'retrying')
@@ -287,6 +290,11 @@ RETURNING *;
 -- name: next_parked_at
 SELECT min(next_attempt_at) AS at FROM tasks WHERE status = 'running' AND parked = 1;
 
+-- name: hasten_parked
+UPDATE tasks SET next_attempt_at = :now + :ratio * (:now - started_at)
+WHERE status = 'running' AND parked = 1 AND kind = :kind AND started_at IS NOT NULL
+  AND next_attempt_at > :now + :ratio * (:now - started_at);
+
 -- name: find_upstream
 SELECT * FROM tasks WHERE kind = :kind AND upstream_ref = :ref LIMIT 1;
 
@@ -298,6 +306,23 @@ ORDER BY callback_next_at LIMIT :limit;
 UPDATE tasks SET callback_state = :state, callback_attempts = callback_attempts + 1,
     callback_next_at = :next_at
 WHERE id = :id AND callback_state = 'pending';
+
+-- A completion's effects, in its transaction (migration 011).
+-- name: insert_effects
+INSERT INTO effects (task_id, effect, due_at)
+SELECT json_extract(value, '$.task_id'), json_extract(value, '$.effect'), :now
+FROM json_each(:rows);
+
+-- name: due_effects
+SELECT e.seq AS effect_seq, e.effect, e.attempts AS effect_attempts, t.*
+FROM effects e JOIN tasks t ON t.id = e.task_id
+WHERE e.due_at <= :now ORDER BY e.due_at LIMIT :limit;
+
+-- name: effect_done
+DELETE FROM effects WHERE seq = :seq;
+
+-- name: effect_retry
+UPDATE effects SET attempts = attempts + 1, due_at = :due_at WHERE seq = :seq;
 
 -- -- recovery and maintenance -----------------------------------------------------------------
 
@@ -385,16 +410,26 @@ SELECT (SELECT COALESCE(sum(cost), 0) FROM spend WHERE tenant = :tenant AND at >
 
 -- name: insert_spend
 INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images,
-                   possibly)
+                   over_estimate, tier, tier_saved, possibly)
 SELECT t.id, t.tenant, t.kind, :at, json_extract(g.value, '$.cost'),
        json_extract(g.value, '$.input_tokens'), json_extract(g.value, '$.output_tokens'),
-       json_extract(g.value, '$.images'), json_extract(g.value, '$.possibly')
+       json_extract(g.value, '$.images'), max(0, json_extract(g.value, '$.cost') - t.spend_hold),
+       json_extract(g.value, '$.tier'), json_extract(g.value, '$.tier_saved'),
+       json_extract(g.value, '$.possibly')
 FROM json_each(:rows) AS g JOIN tasks t ON t.id = json_extract(g.value, '$.task_id');
+
+-- name: note_over_estimate
+UPDATE tasks SET over_estimate = over_estimate + (
+    SELECT sum(max(0, json_extract(g.value, '$.cost') - tasks.spend_hold))
+    FROM json_each(:rows) AS g WHERE json_extract(g.value, '$.task_id') = tasks.id)
+WHERE id IN (SELECT json_extract(g.value, '$.task_id') FROM json_each(:rows) AS g)
+  AND spend_hold < (SELECT max(json_extract(g.value, '$.cost')) FROM json_each(:rows) AS g
+                    WHERE json_extract(g.value, '$.task_id') = tasks.id);
 
 -- A deduped task saved what its source's work cost.
 -- name: insert_saved
-INSERT INTO spend (task_id, tenant, kind, at, saved)
-SELECT t.id, t.tenant, t.kind, :at,
+INSERT INTO spend (task_id, tenant, kind, at, deduped, saved)
+SELECT t.id, t.tenant, t.kind, :at, 1,
        (SELECT COALESCE(sum(s.cost), 0) FROM spend s
         WHERE s.task_id = json_extract(g.value, '$.source'))
 FROM json_each(:rows) AS g JOIN tasks t ON t.id = json_extract(g.value, '$.task_id');
@@ -402,8 +437,8 @@ FROM json_each(:rows) AS g JOIN tasks t ON t.id = json_extract(g.value, '$.task_
 -- name: spend_totals
 SELECT tenant, kind, sum(cost) AS cost, sum(saved) AS saved,
        sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
-       sum(images) AS images, sum(CASE WHEN saved = 0 THEN 1 ELSE 0 END) AS calls,
-       sum(CASE WHEN saved = 0 THEN 0 ELSE 1 END) AS deduped
+       sum(images) AS images, sum(over_estimate) AS over_estimate,
+       sum(1 - deduped) AS calls, sum(deduped) AS deduped, sum(tier_saved) AS tier_saved
 FROM spend
 WHERE (:tenant IS NULL OR tenant = :tenant) AND (:kind IS NULL OR kind = :kind)
   AND at >= :since
@@ -443,6 +478,40 @@ ORDER BY seq DESC LIMIT :limit;
 SELECT status, count(*) AS count FROM tasks
 WHERE batch_id = :batch_id AND (:tenant IS NULL OR tenant = :tenant)
 GROUP BY status;
+
+-- name: worker_beat
+INSERT INTO workers (owner, host, pid, concurrency, kinds, started_at, heartbeat_at)
+VALUES (:owner, :host, :pid, :concurrency, :kinds, :started_at, :now)
+ON CONFLICT (owner) DO UPDATE SET heartbeat_at = excluded.heartbeat_at;
+
+-- name: drop_stale_workers
+DELETE FROM workers WHERE heartbeat_at < :stale;
+
+-- name: worker_gone
+DELETE FROM workers WHERE owner = :owner;
+
+-- name: list_workers
+SELECT owner, host, pid, concurrency, kinds, started_at, heartbeat_at FROM workers
+WHERE heartbeat_at >= :since ORDER BY host, pid, owner;
+
+-- name: worker_tasks
+-- The tasks whose lease a listed worker holds: its calls in flight.
+SELECT t.lease_owner, t.id, t.kind, t.tenant, t.attempts, t.attempt_at FROM tasks t
+JOIN workers w ON t.lease_owner = w.owner
+WHERE t.lease_token IS NOT NULL AND w.heartbeat_at >= :since
+ORDER BY t.attempt_at, t.seq;
+
+-- name: list_batches
+-- A tenant's newest batches (by their newest task), each one's tasks per status.
+WITH newest AS (
+    SELECT batch_id, max(seq) AS last_seq, min(created_at) AS created_at FROM tasks
+    WHERE tenant = :tenant AND batch_id IS NOT NULL
+    GROUP BY batch_id ORDER BY max(seq) DESC LIMIT :limit
+)
+SELECT n.batch_id, n.created_at, n.last_seq, t.status, count(*) AS count
+FROM newest n JOIN tasks t ON t.batch_id = n.batch_id AND t.tenant = :tenant
+GROUP BY n.batch_id, n.created_at, n.last_seq, t.status
+ORDER BY n.last_seq DESC;
 
 -- name: append_stream
 INSERT INTO stream_events (task_id, seq, data, at)

@@ -69,7 +69,7 @@ class SqliteStore(Ledger):
         super().__init__(url)
         self._target, self._uri = sqlite_path(url)
         self._busy_ms = int(busy_timeout_s * 1000)
-        self._writer: ConnectionThread[Write] = ConnectionThread(
+        self._writer: ConnectionThread[Write | Query] = ConnectionThread(
             self.connect, "floodway-sqlite-writer", _commit_writes, max_batch=512
         )
         self._reader: ConnectionThread[Query] = ConnectionThread(
@@ -168,23 +168,44 @@ class SqliteStore(Ledger):
         try:
             return await self._reader.run(query)
         except sqlite3.Error as exc:
-            raise StoreError(f"{self.url}: {exc}") from exc
+            raise self._error(exc) from exc
 
     async def _commit(self, write: Write) -> Written:
         self._require_open()
-        done: Written = await self._writer.run(write)
+        try:
+            done: Written = await self._writer.run(write)
+        except sqlite3.Error as exc:  # the group as a whole failed: its COMMIT, on a full disk
+            raise self._error(exc) from exc
         if isinstance(done.error, sqlite3.Error):
-            done.error = StoreError(f"{self.url}: {done.error}")
+            done.error = self._error(done.error)
         return done
 
+    async def _version(self) -> int:
+        """``PRAGMA data_version`` of the writing connection: a cheap read that changes when
+        another connection commits, and only then. This process's own writes are not among
+        them (its listeners hear of those at once): read on the reader's connection, every
+        commit of the writer's woke each waiter for nothing, and a dispatcher so woken tried
+        another claim for each claim and each outcome it wrote."""
+        self._require_open()
+        try:
+            row = await self._writer.run(Query("data_version", {}, "one"))
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        return int(row[0])
+
+    def _error(self, exc: sqlite3.Error) -> StoreError:
+        """Every error of the database (full, read-only, I/O, locked past the busy timeout)
+        is the ledger being unavailable: nothing was written, the same call may succeed
+        later."""
+        return StoreError(f"{self.url}: {exc}")
+
     async def wait_for_change(self, timeout: float) -> bool:
-        """Watch ``PRAGMA data_version`` (a cheap read that changes when another connection
-        commits) every 20 ms, so submits from other processes are seen without hammering."""
+        """Watch the ledger's version every 20 ms, so submits from other processes are seen
+        without hammering."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            row = await self._fetch(Query("data_version", {}, "one"))
-            version = row[0]
+            version = await self._version()
             if self._data_version == -1:
                 self._data_version = version
             elif version != self._data_version:
@@ -197,6 +218,9 @@ class SqliteStore(Ledger):
 
     def subscribe(self) -> VersionReader:
         return VersionReader(self)
+
+    async def server_time(self) -> float | None:
+        return None  # the file is on this host: its clock is ours
 
     # -- liveness: a lock file per process, next to the ledger -------------------------------
     def _lock_path(self, identity: str) -> Path | None:
@@ -256,11 +280,15 @@ class SqliteStore(Ledger):
 
 
 def _commit_writes(
-    conn: sqlite3.Connection, writes: Sequence[Write]
+    conn: sqlite3.Connection, jobs: Sequence[Write | Query]
 ) -> list[tuple[Any, BaseException | None]]:
-    """The writer thread's batch: one commit group; each write's outcome."""
-    written = drive(commit_group(writes), lambda step: _execute(conn, step), _never)
-    return [(w, None) for w in written]
+    """The writer thread's batch: its writes in one commit group, then its reads (the
+    version probes); each job's outcome, in order."""
+    writes = [job for job in jobs if isinstance(job, Write)]
+    done = drive(commit_group(writes), lambda step: _execute(conn, step), _never) if writes else []
+    written = iter(done)
+    reads = iter(_read_one(conn, [job for job in jobs if isinstance(job, Query)]))
+    return [(next(written), None) if isinstance(job, Write) else next(reads) for job in jobs]
 
 
 def _read_one(
@@ -345,8 +373,7 @@ class VersionReader:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            row = await self._store._fetch(Query("data_version", {}, "one"))
-            version = row[0]
+            version = await self._store._version()
             if self._seen is None:
                 self._seen = version
             elif version != self._seen:

@@ -9,6 +9,7 @@ per batch, not one per job.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import sqlite3
 import threading
@@ -69,8 +70,7 @@ class ConnectionThread(Generic[J]):
                 try:
                     outcomes = self._run_batch(conn, [job for job, _, _ in batch])
                 except BaseException as exc:  # the batch as a whole failed (COMMIT, disk)
-                    if conn.in_transaction:
-                        conn.rollback()
+                    _roll_back(conn)
                     outcomes = [(None, exc)] * len(batch)
                 _deliver(batch, outcomes)
         finally:
@@ -91,6 +91,14 @@ class ConnectionThread(Generic[J]):
                 break
             batch.append(nxt)
         return batch
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """What is left of a failed transaction, undone. A rollback that fails too (the disk
+    still full) must not end the thread every later job waits on."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.rollback()
 
 
 def _deliver(batch: Sequence[_Job[Any]], outcomes: list[tuple[Any, BaseException | None]]) -> None:

@@ -3,8 +3,9 @@ control routes, and the headers OpenAI sends (``x-request-id``, ``x-ratelimit-*`
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
@@ -16,17 +17,20 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from floodway.providers.sim.app import RateLimitHeaders
 from floodway.providers.sim.config import SimulatorConfig
-from floodway.providers.sim.openai import chat, embeddings, images, models, responses
+from floodway.providers.sim.openai import batches, chat, embeddings, images, models, responses
 from floodway.providers.sim.openai.calls import OpenAISimulator
 from floodway.providers.sim.openai.wire import json_response
 
 #: the endpoint families, each a module with ``routes(sim)``
-FAMILIES = (chat, embeddings, images, responses, models)
+FAMILIES = (chat, embeddings, images, responses, models, batches)
 
 
-def create_openai_simulator_app(config: SimulatorConfig | None = None) -> Starlette:
-    """A fresh OpenAI-compatible simulator; its state is ``app.state.simulator``."""
-    sim = OpenAISimulator(config or SimulatorConfig())
+def create_openai_simulator_app(
+    config: SimulatorConfig | None = None, clock: Callable[[], float] = time.time
+) -> Starlette:
+    """A fresh OpenAI-compatible simulator; its state is ``app.state.simulator``. ``clock``
+    is what its batches read time from (a test's fake clock)."""
+    sim = OpenAISimulator(config or SimulatorConfig(), clock)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -44,13 +48,14 @@ def create_openai_simulator_app(config: SimulatorConfig | None = None) -> Starle
 
 def _control(sim: OpenAISimulator) -> list[Route]:
     async def ledger(_: Request) -> Response:
-        return json_response(sim.core.ledger.as_dict())
+        return json_response({**sim.core.ledger.as_dict(), "batch": sim.batches.ledger()})
 
     async def stats(_: Request) -> Response:
         return json_response(sim.core.stats.as_dict())
 
     async def reset(_: Request) -> Response:
         sim.core.reset()
+        sim.batches.reset()
         return json_response({"reset": True})
 
     return [

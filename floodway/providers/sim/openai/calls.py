@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from floodway.providers.sim.config import SimulatorConfig
 from floodway.providers.sim.model import FORCEABLE, Fate, Job, Submission
+from floodway.providers.sim.openai.desk import BatchDesk
 from floodway.providers.sim.openai.wire import error, json_response, rejection, sse_response
 from floodway.providers.sim.state import Rejection, Replay, SimulatorState
 
@@ -40,12 +41,17 @@ class BadRequest(Exception):
 class OpenAISimulator:
     """The simulator's state (:class:`SimulatorState`) behind the OpenAI routes."""
 
-    def __init__(self, config: SimulatorConfig) -> None:
+    def __init__(self, config: SimulatorConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.core = SimulatorState(config)
+        #: the Files and Batch API's state (floodway/providers/sim/openai/batches.py)
+        self.batches = BatchDesk(clock, config.batch_hold_s)
         self._background: set[asyncio.Task[None]] = set()
         self._storm = 0
         self._storm_wait_ms = 50
+        #: False: a ``service_tier = "flex"`` request is answered 429 resource_unavailable,
+        #: as OpenAI answers when flex has no capacity
+        self.flex_available = True
 
     @staticmethod
     def new_id(prefix: str) -> str:
@@ -67,6 +73,10 @@ class OpenAISimulator:
             self._storm -= 1
             core.stats.rate_limited += 1
             return rejection(Rejection(429, "rate_limited", "requests", 1, self._storm_wait_ms))
+        if body.get("service_tier") == "flex" and not self.flex_available:
+            core.stats.rate_limited += 1
+            message = "Resource unavailable: flex processing has no capacity now."
+            return error(429, message, "rate_limit_error", "resource_unavailable")
         fail = _metadata(body).get("fail")
         forced = FORCEABLE.get(fail) if isinstance(fail, str) else None
         decision = core.submit(Submission(body, tokens, key, forced, None), time.monotonic())

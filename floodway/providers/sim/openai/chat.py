@@ -37,6 +37,27 @@ def text_of(content: Any) -> str:
     return ""
 
 
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}  # fmt: skip
+
+
+def _whole(head: dict[str, Any], reply: str, usage: dict[str, int]) -> dict[str, Any]:
+    message = {"role": "assistant", "content": reply, "refusal": None}
+    choice = {"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}
+    return {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
+
+
+def whole_completion(body: dict[str, Any], call_id: str) -> dict[str, Any]:
+    """The answer to a (valid) chat request, not streamed: a batch line's."""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    prompt = sum(tokens_of(text_of(m.get("content"))) for m in messages)
+    reply = "echo: " + (text_of(messages[-1].get("content")) if messages else "")
+    head = {"id": f"chatcmpl-{call_id}", "created": created(), "model": body.get("model"),
+            "system_fingerprint": None}  # fmt: skip
+    return _whole(head, reply, _usage(prompt, len(words(reply))))
+
+
 async def create(sim: OpenAISimulator, request: Request) -> Response:
     try:
         body = await read_body(request)
@@ -55,17 +76,11 @@ async def create(sim: OpenAISimulator, request: Request) -> Response:
 
     async def answer(job: Job) -> Response:
         pieces = words(reply)
-        usage = {
-            "prompt_tokens": prompt,
-            "completion_tokens": len(pieces),
-            "total_tokens": prompt + len(pieces),
-        }
+        usage = _usage(prompt, len(pieces))
         head = {"id": f"chatcmpl-{job.id}", "created": created(), "model": model,
                 "system_fingerprint": None}  # fmt: skip
         if body.get("stream") is not True:
-            message = {"role": "assistant", "content": reply, "refusal": None}
-            choice = {"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}
-            whole = {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
+            whole = _whole(head, reply, usage)
             sim.bill(job, usage["total_tokens"], whole)
             return json_response(whole)
         chunk = {**head, "object": "chat.completion.chunk"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from functools import partial
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -23,6 +24,22 @@ def vector(text: str) -> list[float]:
     return [b / 255 for b in digest[:4]]
 
 
+def whole_embedding(body: dict[str, Any], _call_id: str) -> dict[str, Any]:
+    """The answer to a (valid) embeddings request: a batch line's."""
+    given = body.get("input")
+    texts = [str(t) for t in ([given] if isinstance(given, str) else given or [])]
+    return _answer(texts, str(body.get("model")))
+
+
+def _answer(texts: list[str], model: str) -> dict[str, Any]:
+    tokens = sum(tokens_of(t) for t in texts)
+    data = [
+        {"object": "embedding", "index": i, "embedding": vector(t)} for i, t in enumerate(texts)
+    ]
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return {"object": "list", "data": data, "model": model, "usage": usage}
+
+
 async def create(sim: OpenAISimulator, request: Request) -> Response:
     try:
         body = await read_body(request)
@@ -36,11 +53,7 @@ async def create(sim: OpenAISimulator, request: Request) -> Response:
     tokens = sum(tokens_of(t) for t in texts)
 
     async def answer(job: Job) -> Response:
-        data = [
-            {"object": "embedding", "index": i, "embedding": vector(t)} for i, t in enumerate(texts)
-        ]
-        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
-        whole = {"object": "list", "data": data, "model": model, "usage": usage}
+        whole = _answer(texts, model)
         sim.bill(job, tokens, whole)
         return json_response(whole)
 

@@ -1,0 +1,197 @@
+"""J1-J2: multi-step jobs on the embedded default (SQLite, one process).
+
+    python -m bench.jobs            # 3 runs each
+    python -m bench.jobs --quick    # smaller, 1 run: for smoke runs
+
+J1: 200 jobs of 5 steps submitted at once, a chain over three resources whose caps differ
+(vision 4 at once, llm 2, speech 8) and whose work is sized so each resource has the same
+optimum: its calls' summed latency / its cap (4 s each at full size). Figure: each resource's
+makespan (first call's start to last call's end, as the handlers saw them) over that optimum.
+
+J2: the added cost of a job over its steps submitted by hand, with room on every resource (caps
+of 64, so steps do not queue behind limits): the same 200 chains of 5 as jobs and as caller
+code that submits a step when the one before ended (``submit`` + ``wait``). Figures: submits
+per second and CPU per submit (200 at once: ``submit_job`` against ``submit`` of the first
+step), CPU per chain over the whole run, and the p50/p99 of a step's start after the step it
+waits for ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from bench.common import median, percentile, write_result
+from floodway import Context, Floodway, Settings, Task
+from floodway.config import ResourceConfig
+
+#: the chain: (step, resource, latency s); each resource's work / cap is 4 s for 200 jobs
+CHAIN = (
+    ("s1", "vision", 0.040),
+    ("s2", "llm", 0.020),
+    ("s3", "speech", 0.160),
+    ("s4", "llm", 0.020),
+    ("s5", "vision", 0.040),
+)
+CAPS = {"vision": 4, "llm": 2, "speech": 8}
+Calls = dict[str, list[tuple[float, float]]]
+
+
+@asynccontextmanager
+async def engine(caps: dict[str, int], calls: Calls) -> AsyncIterator[Floodway]:
+    with tempfile.TemporaryDirectory(prefix="floodway-bench-") as tmp:
+        settings = Settings(
+            database=f"sqlite:///{Path(tmp) / 'jobs.db'}",
+            resources={r: ResourceConfig(concurrency=c) for r, c in caps.items()},
+        )
+        fw = Floodway(settings=settings)
+        for step, resource, latency in CHAIN:
+            fw.kind(step, resource=resource)(_handler(resource, latency, calls))
+        async with fw, fw.worker(concurrency=64):
+            yield fw
+
+
+def _handler(
+    resource: str, latency: float, calls: Calls
+) -> Callable[[Context, dict[str, Any]], Awaitable[dict[str, Any]]]:
+    async def call(ctx: Context, value: dict[str, Any]) -> dict[str, Any]:
+        start = time.time()
+        await asyncio.sleep(latency)
+        calls[resource].append((start, time.time()))
+        return {"job": value.get("job"), "from": ctx.task.kind}
+
+    return call
+
+
+def job_steps(n: int) -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = [{"name": "s1", "kind": "s1", "input": {"job": n}}]
+    for i, (name, _, _) in enumerate(CHAIN[1:], start=1):
+        before = CHAIN[i - 1][0]
+        steps.append(
+            {
+                "name": name,
+                "kind": name,
+                "input": {"job": "${steps." + before + ".result.job}"},
+                "after": [before],
+            }
+        )
+    return steps
+
+
+async def run_jobs(fw: Floodway, count: int) -> tuple[list[list[Task]], float, float]:
+    """``count`` jobs at once: each job's tasks in chain order, the submit's wall and CPU."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    jobs = await asyncio.gather(*(fw.submit_job(job_steps(n)) for n in range(count)))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    done = [await fw.wait_job(j["id"], timeout=600) for j in jobs]
+    chains = []
+    for job in done:
+        assert job["status"] == "succeeded", job["error"]
+        chains.append([await fw.get(s["tasks"][0]["id"]) for s in job["steps"]])
+    return chains, wall, cpu
+
+
+async def run_by_hand(fw: Floodway, count: int) -> tuple[list[list[Task]], float, float]:
+    """The same chains as caller code: each step submitted when the one before ended."""
+    firsts: list[Task] = []
+    wall, cpu = time.perf_counter(), time.process_time()
+    firsts = list(
+        await asyncio.gather(*(fw.submit("s1", {"job": n, "by": "hand"}) for n in range(count)))
+    )
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+
+    async def chain(first: Task) -> list[Task]:
+        tasks = [await fw.wait(first.id, timeout=600)]
+        for name, _, _ in CHAIN[1:]:
+            value = {"job": tasks[-1].result["job"], "by": "hand"}
+            submitted = await fw.submit(name, value)
+            tasks.append(await fw.wait(submitted.id, timeout=600))
+        return tasks
+
+    return list(await asyncio.gather(*(chain(t) for t in firsts))), wall, cpu
+
+
+def start_gaps(chains: list[list[Task]]) -> list[float]:
+    """Each step's start after the step before it ended."""
+    return [
+        (b.started_at or 0.0) - (a.finished_at or 0.0)
+        for tasks in chains
+        for a, b in itertools.pairwise(tasks)
+    ]
+
+
+async def j1(jobs: int) -> dict[str, Any]:
+    calls: Calls = defaultdict(list)
+    async with engine(CAPS, calls) as fw:
+        await run_jobs(fw, jobs)
+    figures: dict[str, Any] = {}
+    for resource, cap in CAPS.items():
+        spans = calls[resource]
+        makespan = max(e for _, e in spans) - min(s for s, _ in spans)
+        optimum = sum(e - s for s, e in spans) / cap
+        figures[resource] = {
+            "cap": cap,
+            "calls": len(spans),
+            "makespan_s": makespan,
+            "optimum_s": optimum,
+            "ratio": makespan / optimum,
+        }
+    return figures
+
+
+async def j2(jobs: int) -> dict[str, Any]:
+    roomy = dict.fromkeys(CAPS, 64)
+    figures: dict[str, Any] = {}
+    for name, run in (("jobs", run_jobs), ("by_hand", run_by_hand)):
+        calls: Calls = defaultdict(list)
+        async with engine(roomy, calls) as fw:
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            chains, submit_wall, submit_cpu = await run(fw, jobs)
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        gaps = start_gaps(chains)
+        figures[name] = {
+            "submits_per_s": jobs / submit_wall,
+            "submit_cpu_ms": 1000 * submit_cpu / jobs,
+            "cpu_ms_per_chain": 1000 * cpu / jobs,
+            "wall_s": wall,
+            "start_after_dependency_p50_ms": 1000 * statistics.median(gaps),
+            "start_after_dependency_p99_ms": 1000 * percentile(gaps, 99),
+        }
+    return figures
+
+
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    first = runs[0]
+    return {
+        key: _medians([r[key] for r in runs])
+        if isinstance(first[key], dict)
+        else median([float(r[key]) for r in runs])
+        for key in first
+    }
+
+
+async def main(runs: int, jobs: int) -> dict[str, Any]:
+    j1_runs = [await j1(jobs) for _ in range(runs)]
+    j2_runs = [await j2(jobs) for _ in range(runs)]
+    return {"runs": runs, "jobs": jobs, "steps": len(CHAIN),
+            "J1": _medians(j1_runs), "J2": _medians(j2_runs)}  # fmt: skip
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="J1-J2: multi-step jobs")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="40 jobs, 1 run")
+    args = parser.parse_args()
+    runs, jobs = (1, 40) if args.quick else (args.runs, 200)
+    figures = asyncio.run(main(runs, jobs))
+    path = write_result("jobs", figures)
+    print(path.read_text())

@@ -1,0 +1,12 @@
+-- The outbox of a completion's effects (a poison task's fallback, a dead task's alert),
+-- written in the completion's own transaction and delivered from here by the outbox
+-- (floodway/maintenance/outbox.py): a crash between the two loses none, and no worker waits
+-- on an alert endpoint. A row is deleted once delivered (or given up).
+CREATE TABLE effects (
+    seq      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    task_id  text NOT NULL,
+    effect   text NOT NULL CHECK (effect IN ('fallback', 'alert')),
+    attempts integer NOT NULL DEFAULT 0,
+    due_at   double precision NOT NULL
+);
+CREATE INDEX effects_due ON effects (due_at);

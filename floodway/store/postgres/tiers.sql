@@ -1,0 +1,75 @@
+-- Provider batches and their lines (floodway/store/tier_records.py). States are parameters.
+
+-- name: insert_line
+INSERT INTO upstream_lines (task_id, kind, model, body, state, added_at, deadline_at,
+                            updated_at)
+VALUES (%(task_id)s, %(kind)s, %(model)s, %(body)s, %(state)s, %(now)s, %(deadline_at)s::double precision, %(now)s)
+ON CONFLICT (task_id) DO NOTHING;
+
+-- name: get_line
+SELECT * FROM upstream_lines WHERE task_id = %(task_id)s;
+
+-- name: requeue_line
+UPDATE upstream_lines SET state = %(queued)s, batch_id = NULL, result = NULL, error = NULL,
+    error_type = NULL, fatal = false, input_tokens = 0, output_tokens = 0, added_at = %(now)s,
+    updated_at = %(now)s
+WHERE task_id = %(task_id)s AND state = ANY(%(from_states)s::text[]);
+
+-- name: set_task_tier
+UPDATE tasks SET tier = %(tier)s WHERE id = %(id)s;
+
+-- name: line_pools
+SELECT kind, model, count(*) AS lines, min(added_at) AS oldest, min(deadline_at) AS due
+FROM upstream_lines WHERE state = %(queued)s GROUP BY kind, model;
+
+-- name: queued_lines_due
+SELECT * FROM upstream_lines
+WHERE state = %(queued)s AND kind = %(kind)s AND deadline_at IS NOT NULL AND deadline_at <= %(by)s;
+
+-- name: insert_upstream_batch
+INSERT INTO upstream_batches (id, kind, model, state, created_at)
+VALUES (%(id)s, %(kind)s, %(model)s, %(state)s, %(now)s);
+
+-- name: pack_lines
+UPDATE upstream_lines SET state = %(sent)s, batch_id = %(batch_id)s, updated_at = %(now)s
+WHERE task_id IN (
+    SELECT task_id FROM upstream_lines
+    WHERE kind = %(kind)s AND model = %(model)s AND state = %(queued)s
+    ORDER BY added_at, task_id LIMIT %(limit)s);
+
+-- name: count_batch_lines
+UPDATE upstream_batches SET lines = (SELECT count(*) FROM upstream_lines WHERE batch_id = %(id)s)
+WHERE id = %(id)s;
+
+-- name: batch_lines
+SELECT * FROM upstream_lines WHERE batch_id = %(batch_id)s ORDER BY added_at, task_id;
+
+-- name: open_upstream_batches
+SELECT * FROM upstream_batches WHERE state IN (%(creating)s, %(sent)s) ORDER BY created_at, id;
+
+-- name: sent_upstream_batch
+UPDATE upstream_batches SET state = %(sent)s, provider_id = %(provider_id)s, sent_at = %(now)s
+WHERE id = %(id)s AND state = %(creating)s;
+
+-- name: end_line
+UPDATE upstream_lines SET state = %(state)s, result = %(result)s::text, input_tokens = %(input_tokens)s,
+    output_tokens = %(output_tokens)s, error = %(error)s::text, error_type = %(error_type)s::text, fatal = %(fatal)s::boolean,
+    updated_at = %(now)s
+WHERE task_id = %(task_id)s AND batch_id = %(batch_id)s AND state = %(sent)s;
+
+-- name: withdraw_batch_rest
+UPDATE upstream_lines SET state = %(withdrawn)s, updated_at = %(now)s
+WHERE batch_id = %(batch_id)s AND state = %(sent)s;
+
+-- name: withdraw_queued
+UPDATE upstream_lines SET state = %(withdrawn)s, updated_at = %(now)s
+WHERE task_id = ANY(%(ids)s::text[]) AND state = %(queued)s;
+
+-- name: end_upstream_batch
+UPDATE upstream_batches SET state = %(ended)s, ended_at = %(now)s WHERE id = %(id)s;
+
+-- A line's task is polled at once once the line has an answer (it is parked on it).
+-- name: wake_line_tasks
+UPDATE tasks SET next_attempt_at = %(now)s
+WHERE id = ANY(%(ids)s::text[]) AND status = 'running' AND parked
+  AND next_attempt_at > %(now)s;

@@ -1,0 +1,75 @@
+-- Provider batches and their lines (floodway/store/tier_records.py). States are parameters.
+
+-- name: insert_line
+INSERT INTO upstream_lines (task_id, kind, model, body, state, added_at, deadline_at,
+                            updated_at)
+VALUES (:task_id, :kind, :model, :body, :state, :now, :deadline_at, :now)
+ON CONFLICT (task_id) DO NOTHING;
+
+-- name: get_line
+SELECT * FROM upstream_lines WHERE task_id = :task_id;
+
+-- name: requeue_line
+UPDATE upstream_lines SET state = :queued, batch_id = NULL, result = NULL, error = NULL,
+    error_type = NULL, fatal = 0, input_tokens = 0, output_tokens = 0, added_at = :now,
+    updated_at = :now
+WHERE task_id = :task_id AND state IN (SELECT value FROM json_each(:from_states));
+
+-- name: set_task_tier
+UPDATE tasks SET tier = :tier WHERE id = :id;
+
+-- name: line_pools
+SELECT kind, model, count(*) AS lines, min(added_at) AS oldest, min(deadline_at) AS due
+FROM upstream_lines WHERE state = :queued GROUP BY kind, model;
+
+-- name: queued_lines_due
+SELECT * FROM upstream_lines
+WHERE state = :queued AND kind = :kind AND deadline_at IS NOT NULL AND deadline_at <= :by;
+
+-- name: insert_upstream_batch
+INSERT INTO upstream_batches (id, kind, model, state, created_at)
+VALUES (:id, :kind, :model, :state, :now);
+
+-- name: pack_lines
+UPDATE upstream_lines SET state = :sent, batch_id = :batch_id, updated_at = :now
+WHERE task_id IN (
+    SELECT task_id FROM upstream_lines
+    WHERE kind = :kind AND model = :model AND state = :queued
+    ORDER BY added_at, task_id LIMIT :limit);
+
+-- name: count_batch_lines
+UPDATE upstream_batches SET lines = (SELECT count(*) FROM upstream_lines WHERE batch_id = :id)
+WHERE id = :id;
+
+-- name: batch_lines
+SELECT * FROM upstream_lines WHERE batch_id = :batch_id ORDER BY added_at, task_id;
+
+-- name: open_upstream_batches
+SELECT * FROM upstream_batches WHERE state IN (:creating, :sent) ORDER BY created_at, id;
+
+-- name: sent_upstream_batch
+UPDATE upstream_batches SET state = :sent, provider_id = :provider_id, sent_at = :now
+WHERE id = :id AND state = :creating;
+
+-- name: end_line
+UPDATE upstream_lines SET state = :state, result = :result, input_tokens = :input_tokens,
+    output_tokens = :output_tokens, error = :error, error_type = :error_type, fatal = :fatal,
+    updated_at = :now
+WHERE task_id = :task_id AND batch_id = :batch_id AND state = :sent;
+
+-- name: withdraw_batch_rest
+UPDATE upstream_lines SET state = :withdrawn, updated_at = :now
+WHERE batch_id = :batch_id AND state = :sent;
+
+-- name: withdraw_queued
+UPDATE upstream_lines SET state = :withdrawn, updated_at = :now
+WHERE task_id IN (SELECT value FROM json_each(:ids)) AND state = :queued;
+
+-- name: end_upstream_batch
+UPDATE upstream_batches SET state = :ended, ended_at = :now WHERE id = :id;
+
+-- A line's task is polled at once once the line has an answer (it is parked on it).
+-- name: wake_line_tasks
+UPDATE tasks SET next_attempt_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'running' AND parked = 1
+  AND next_attempt_at > :now;

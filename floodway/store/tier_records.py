@@ -1,0 +1,256 @@
+"""The batch tier's records in the ledger: each batch-tier task's line, and the provider
+batches they are packed into (core/tiers.py). :class:`TierRecords` is what a task's
+:class:`~floodway.context.LineBook` and the batcher (floodway/maintenance/tier_batches.py)
+use; every ledger keeps them (:class:`LedgerTierRecords`), over the same two backends'
+primitives as the task verbs.
+
+A provider batch's row is written, with its lines assigned to it, before the provider is
+asked to create it (``pack``): its id is the tag the provider batch carries in its metadata,
+so a crash between the provider's "created" and the row's "sent" is mended by finding the
+batch by its tag, never by creating another."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from floodway.core.task import new_id
+from floodway.core.tiers import BatchLine, LineResult
+from floodway.store import rules
+from floodway.store.base import TaskChange
+from floodway.store.steps import Row, Rule, all_rows, count
+
+T = TypeVar("T")
+
+#: a provider batch's row: packed (the provider not asked yet, or its answer not recorded),
+#: sent (its provider id recorded), ended (its lines' results recorded)
+CREATING, SENT, ENDED = "creating", "sent", "ended"
+
+
+@dataclass(frozen=True)
+class UpstreamBatch:
+    id: str
+    kind: str
+    model: str
+    state: str
+    provider_id: str | None
+    lines: int
+    created_at: float
+    sent_at: float | None = None
+    ended_at: float | None = None
+
+
+@dataclass(frozen=True)
+class LinePool:
+    """The queued lines of one kind and model: how many, the oldest's age, the first
+    deadline."""
+
+    kind: str
+    model: str
+    lines: int
+    oldest: float
+    due: float | None
+
+
+class TierRecords(Protocol):
+    async def add_line(
+        self, task_id: str, kind: str, model: str, body: dict[str, object],
+        deadline_at: float | None, now: float,
+    ) -> BatchLine: ...  # fmt: skip
+
+    async def get_line(self, task_id: str) -> BatchLine | None: ...
+
+    async def requeue_line(self, task_id: str, now: float) -> bool:
+        """A failed or withdrawn line queued again for a new batch."""
+        ...
+
+    async def set_tier(self, task_id: str, tier: str) -> None: ...
+
+    async def pools(self) -> list[LinePool]: ...
+
+    async def queued_due(self, kind: str, by: float) -> list[BatchLine]:
+        """Queued lines of ``kind`` whose deadline is at or before ``by``."""
+        ...
+
+    async def pack(self, kind: str, model: str, limit: int, now: float) -> UpstreamBatch | None:
+        """A new provider batch's row with up to ``limit`` queued lines (the oldest first),
+        in one write; None when none were queued."""
+        ...
+
+    async def open_batches(self) -> list[UpstreamBatch]: ...
+
+    async def batch_lines(self, batch_id: str) -> list[BatchLine]: ...
+
+    async def sent(self, batch_id: str, provider_id: str, now: float) -> bool: ...
+
+    async def end_batch(
+        self, batch_id: str, results: Sequence[LineResult], now: float
+    ) -> list[str]:
+        """The batch's answered and failed lines recorded, the rest withdrawn (the batch
+        ended without them), the batch ended, and its lines' tasks made due for their poll:
+        one write. Returns the tasks' ids."""
+        ...
+
+    async def withdraw_queued(self, task_ids: Sequence[str], now: float) -> None:
+        """Queued lines taken out before their deadline, their tasks made due."""
+        ...
+
+
+class LedgerTierRecords(ABC):
+    """:class:`TierRecords` over a ledger's reads and writes."""
+
+    @abstractmethod
+    async def _one(self, query: str, /, **params: Any) -> Row | None: ...
+
+    @abstractmethod
+    async def _all(self, query: str, /, **params: Any) -> list[Row]: ...
+
+    @abstractmethod
+    async def _write(
+        self,
+        rule: Callable[[list[TaskChange]], Rule[T]],
+        *,
+        wake: bool = False,
+        merge: rules.Submission | None = None,
+    ) -> T: ...
+
+    async def add_line(
+        self,
+        task_id: str,
+        kind: str,
+        model: str,
+        body: dict[str, object],
+        deadline_at: float | None,
+        now: float,
+    ) -> BatchLine:
+        params = {"task_id": task_id, "kind": kind, "model": model, "body": json.dumps(body),
+                  "state": "queued", "deadline_at": deadline_at, "now": now}  # fmt: skip
+        await self._write(lambda _: count("insert_line", **params))
+        line = await self.get_line(task_id)
+        assert line is not None
+        return line
+
+    async def get_line(self, task_id: str) -> BatchLine | None:
+        row = await self._one("get_line", task_id=task_id)
+        return None if row is None else _line(row)
+
+    async def requeue_line(self, task_id: str, now: float) -> bool:
+        params = {"task_id": task_id, "queued": "queued", "from_states": ["failed", "withdrawn"],
+                  "now": now}  # fmt: skip
+        return bool(await self._write(lambda _: count("requeue_line", **params)))
+
+    async def set_tier(self, task_id: str, tier: str) -> None:
+        await self._write(lambda _: count("set_task_tier", id=task_id, tier=tier))
+
+    async def pools(self) -> list[LinePool]:
+        rows = await self._all("line_pools", queued="queued")
+        return [LinePool(r["kind"], r["model"], r["lines"], r["oldest"], r["due"]) for r in rows]
+
+    async def queued_due(self, kind: str, by: float) -> list[BatchLine]:
+        rows = await self._all("queued_lines_due", queued="queued", kind=kind, by=by)
+        return [_line(r) for r in rows]
+
+    async def pack(self, kind: str, model: str, limit: int, now: float) -> UpstreamBatch | None:
+        batch_id = new_id(now, prefix="ub")
+
+        def rule(_: list[TaskChange]) -> Rule[int]:
+            yield from count(
+                "insert_upstream_batch", id=batch_id, kind=kind, model=model, state=CREATING,
+                now=now,
+            )  # fmt: skip
+            packed = yield from count(
+                "pack_lines", sent="sent", queued="queued", batch_id=batch_id, kind=kind,
+                model=model, limit=limit, now=now,
+            )  # fmt: skip
+            yield from count("count_batch_lines", id=batch_id)
+            return packed
+
+        if not await self._write(rule):
+            await self._write(lambda _: count("end_upstream_batch", id=batch_id, ended=ENDED,
+                                              now=now))  # fmt: skip
+            return None
+        return UpstreamBatch(batch_id, kind, model, CREATING, None, 0, now)
+
+    async def open_batches(self) -> list[UpstreamBatch]:
+        rows = await self._all("open_upstream_batches", creating=CREATING, sent=SENT)
+        return [UpstreamBatch(**dict(r)) for r in rows]
+
+    async def batch_lines(self, batch_id: str) -> list[BatchLine]:
+        return [_line(r) for r in await self._all("batch_lines", batch_id=batch_id)]
+
+    async def sent(self, batch_id: str, provider_id: str, now: float) -> bool:
+        params = {"id": batch_id, "provider_id": provider_id, "now": now, "sent": SENT,
+                  "creating": CREATING}  # fmt: skip
+        return bool(await self._write(lambda _: count("sent_upstream_batch", **params)))
+
+    async def end_batch(
+        self, batch_id: str, results: Sequence[LineResult], now: float
+    ) -> list[str]:
+        rows = [_outcome(batch_id, r, now) for r in results]
+
+        def rule(_: list[TaskChange]) -> Rule[list[str]]:
+            for row in rows:
+                yield from count("end_line", **row)
+            yield from count(
+                "withdraw_batch_rest", batch_id=batch_id, withdrawn="withdrawn", sent="sent",
+                now=now,
+            )  # fmt: skip
+            yield from count("end_upstream_batch", id=batch_id, ended=ENDED, now=now)
+            lines = yield from all_rows("batch_lines", batch_id=batch_id)
+            ids = [str(line["task_id"]) for line in lines]
+            if ids:
+                yield from count("wake_line_tasks", ids=ids, now=now)
+            return ids
+
+        return await self._write(rule, wake=True)
+
+    async def withdraw_queued(self, task_ids: Sequence[str], now: float) -> None:
+        ids = list(task_ids)
+        if not ids:
+            return
+
+        def rule(_: list[TaskChange]) -> Rule[None]:
+            yield from count(
+                "withdraw_queued", ids=ids, withdrawn="withdrawn", queued="queued", now=now
+            )
+            yield from count("wake_line_tasks", ids=ids, now=now)
+
+        await self._write(rule, wake=True)
+
+
+def _outcome(batch_id: str, result: LineResult, now: float) -> dict[str, Any]:
+    return {
+        "task_id": result.custom_id,
+        "batch_id": batch_id,
+        "sent": "sent",
+        "state": "done" if result.ok else "failed",
+        "result": json.dumps(result.result) if result.ok else None,
+        "input_tokens": result.input_tokens,
+        "output_tokens": result.output_tokens,
+        "error": result.error,
+        "error_type": result.error_type,
+        "fatal": result.fatal,
+        "now": now,
+    }
+
+
+def _line(row: Row) -> BatchLine:
+    return BatchLine(
+        task_id=row["task_id"],
+        kind=row["kind"],
+        model=row["model"],
+        body=json.loads(row["body"]),
+        state=row["state"],
+        added_at=row["added_at"],
+        deadline_at=row["deadline_at"],
+        batch_id=row["batch_id"],
+        result=None if row["result"] is None else json.loads(row["result"]),
+        input_tokens=row["input_tokens"],
+        output_tokens=row["output_tokens"],
+        error=row["error"],
+        error_type=row["error_type"],
+        fatal=bool(row["fatal"]),
+    )
