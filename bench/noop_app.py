@@ -30,7 +30,7 @@ def build(database: str | None = None, *, budgeted: bool | None = None) -> Flood
     else:
         fw = Floodway(database=database)
 
-    @fw.kind("noop", dedupe=False, deadline_s=None, resource=RESOURCE if budgeted else None)
+    @fw.kind("noop", dedupe=False, deadline=None, resource=RESOURCE if budgeted else None)
     async def noop(ctx: Context, value: dict[str, Any]) -> None:
         if budgeted:
             ctx.report_usage(1)  # one billed call: a spend row with the completion

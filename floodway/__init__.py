@@ -28,6 +28,7 @@ from floodway.core.outcome import Parked
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Lane, SubmitRequest, Submitted, Task
 from floodway.store.base import SpendQuery, TaskQuery
+from floodway.sync import SyncFloodway
 from floodway.version import __version__
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "StoreError",
     "SubmitRequest",
     "Submitted",
+    "SyncFloodway",
     "Task",
     "TaskNotFound",
     "TaskQuery",

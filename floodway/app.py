@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import AsyncIterator, Callable
+import secrets
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from floodway.clock import Clock, LedgerClock, wait_event
-from floodway.config import KindConfig, Settings, load_settings
+from floodway.config import (
+    KindConfig,
+    ResourceConfig,
+    Settings,
+    load_settings,
+    parse_duration,
+    with_resources,
+)
 from floodway.core.errors import ConfigError, JobNotFound, TaskNotFound, WaitTimeout
 from floodway.core.jobs import Job, JobRequest, JobStatus
 from floodway.core.retry import RetryPolicy
@@ -26,6 +34,7 @@ from floodway.kinds import (
     Lookup,
     Poll,
     Share,
+    check_resource,
 )
 from floodway.limits.base import Admission
 from floodway.maintenance.loop import Maintenance
@@ -50,6 +59,16 @@ from floodway.wire.jobs import job_json
 from floodway.worker.worker import Worker, WorkerOptions
 
 
+def _seconds(value: float | str | None) -> float | None:
+    """A duration as the config writes it (``900``, ``"15m"``), in seconds."""
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ConfigError(f"{value!r} is not a duration: {exc}") from None
+
+
 class Floodway:
     """One ledger, its kinds and limits. Submit, wait, cancel, retry; run workers.
 
@@ -66,11 +85,14 @@ class Floodway:
         policy: RetryPolicy | None = None,
         admission: Admission | None = None,
         on_dead: AlertHook | None = None,
+        resources: Mapping[str, ResourceConfig | Mapping[str, Any]] | None = None,
     ) -> None:
         if settings is None:
             settings = load_settings(config, database=database)
         elif database is not None:
             settings = settings.model_copy(update={"database": database})
+        if resources:
+            settings = with_resources(settings, resources)
         self.settings = settings
         #: by default the ledger's time (a fleet shares it), read through this host's clock
         self.clock: Clock = clock or LedgerClock()
@@ -89,8 +111,8 @@ class Floodway:
         *,
         resource: str | None = None,
         max_attempts: int = DEFAULTS.max_attempts,
-        deadline_s: float | None = DEFAULTS.deadline,
-        timeout_s: float | None = DEFAULTS.timeout,
+        deadline: float | str | None = DEFAULTS.deadline,
+        timeout: float | str | None = DEFAULTS.timeout,
         cost: CostFn | None = None,
         version: str = DEFAULTS.version,
         dedupe: bool = bool(DEFAULTS.dedupe),
@@ -101,31 +123,30 @@ class Floodway:
         lookup: Lookup | None = None,
         retry_timeouts: bool = DEFAULTS.retry_timeouts,
         poll: Poll | None = None,
-        poll_after_s: float | None = DEFAULTS.poll_after,
+        poll_after: float | str | None = DEFAULTS.poll_after,
         poll_max_attempts: int = DEFAULTS.poll_max_attempts,
     ) -> Callable[[Handler], Handler]:
         """Declare a kind whose tasks run the decorated ``async def handler(ctx, input)``.
 
+        The keywords are the keys of a ``[kinds.NAME]`` table (docs/configuration.md), and
+        durations are written as there: seconds, or ``"15m"``, ``"500ms"``. A Python kind's
+        calls are priced by its resource's ``price``.
+
         ``poll``: for a handler that starts upstream jobs and returns
         :class:`~floodway.core.outcome.Parked`, the function that looks at one job;
-        the first look comes ``poll_after_s`` after the job started (None: after a low
+        the first look comes ``poll_after`` after the job started (None: after a low
         quantile of the kind's recent jobs' durations)."""
 
         def register(handler: Handler) -> Handler:
-            if (
-                resource is not None
-                and self.settings.resources
-                and (resource not in self.settings.resources)
-            ):
-                raise ConfigError(f"kind {name!r}: unknown resource {resource!r}")
+            check_resource(name, resource, self.settings.resources)
             self.kinds.add(
                 KindSpec(
                     name=name,
                     handler=handler,
                     resource=resource,
                     max_attempts=max_attempts,
-                    deadline_s=deadline_s,
-                    timeout_s=timeout_s,
+                    deadline_s=_seconds(deadline),
+                    timeout_s=_seconds(timeout),
                     cost=cost,
                     version=version,
                     dedupe=dedupe,
@@ -137,7 +158,7 @@ class Floodway:
                     retry_timeouts=retry_timeouts,
                     poll=None
                     if poll is None
-                    else FunctionPoller(poll, first_poll_after(poll_after_s)),
+                    else FunctionPoller(poll, first_poll_after(_seconds(poll_after))),
                     poll_max_attempts=poll_max_attempts,
                 )
             )
@@ -175,6 +196,7 @@ class Floodway:
             if self._runtime is not None:
                 return self
             self._load_config_kinds()
+            self.kinds.check_resources(self.settings.resources)
             self.kinds.check_fallbacks()
             store = open_store(self.settings.database)
             await store.open()
@@ -288,6 +310,11 @@ class Floodway:
         if task is None:
             raise TaskNotFound(task_id)
         return task
+
+    async def server_key(self, name: str, size: int) -> bytes:
+        """The deployment's random key ``name`` (``size`` bytes), made on first use and the
+        same for every process of the ledger."""
+        return bytes.fromhex(await self.store.server_key(name, secrets.token_hex(size)))
 
     async def list_tasks(self, query: TaskQuery | None = None) -> list[Task]:
         await self.open()

@@ -281,6 +281,11 @@ class Client:
         return BatchProgress(data["id"], data["total"], dict(data["counts"]), data["done"])
 
     # -- operations ---------------------------------------------------------------------------
+    async def kinds(self) -> list[dict[str, Any]]:
+        """The kinds the server runs: name, resource, attempts, deadline, timeout, models."""
+        data = await self._request("GET", "/v1/kinds")
+        return list(data["kinds"])
+
     async def stats(self) -> dict[str, Any]:
         return dict(await self._request("GET", "/v1/stats"))
 

@@ -8,8 +8,12 @@ Environment variables win over the file; nested keys use ``__``
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 import tomllib
+import typing
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -18,6 +22,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
@@ -246,13 +251,12 @@ class ApiConfig(_Strict):
     stream_keepalive: Duration = Field(
         10.0, gt=0, description="a waiting OpenAI stream's keep-alive comments, this often"
     )
-    #: hosts a task's ``callback_url`` may name (``hooks.example.com``, ``*.example.com``);
-    #: empty = any. Set it when callers are not trusted: the outbox POSTs from inside your
-    #: network, so an open list lets a caller aim it at internal addresses (SSRF).
+    #: the outbox POSTs from inside your network: a host not listed here is called only at a
+    #: public address (floodway.core.addresses), so list internal receivers by name or address
     callback_hosts: list[str] = Field(
         default_factory=list,
-        description='hosts a callback_url may name ("hooks.example.com", "*.example.com"); '
-        "empty = any (set it when callers are not trusted)",
+        description='hosts a callback_url may name ("hooks.example.com", "*.example.com", '
+        '"10.0.0.7"), at any address; empty = any host at a public address',
     )
     max_file_bytes: int = Field(
         16 * 1_048_576,
@@ -505,6 +509,8 @@ class KindConfig(_Strict):
             raise ValueError('tiers must include "sync": interactive tasks and close deadlines')
         if self.tiers != ["sync"] and self.adapter != "openai":
             raise ValueError(f"tiers: flex and batch need the openai adapter, not {self.adapter!r}")
+        if "batch" in self.tiers and self.endpoint == "images":
+            raise ValueError("tiers: the Batch API does not run image generation")
         return self
 
     @property
@@ -633,26 +639,155 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         except (OSError, UnicodeDecodeError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise ConfigError(f"{path}: cannot read the config file: {why}") from None
+    check_environment(data if path is not None else None, os.environ, where)
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         settings = Settings(**data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, where)) from None
+        raise ConfigError(format_validation_error(exc, where, environ=os.environ)) from None
     # Env values would otherwise beat explicit overrides; the caller's flags win.
     return settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
 
 
-def format_validation_error(exc: ValidationError, where: str) -> str:
+_RESOURCES: TypeAdapter[dict[str, ResourceConfig]] = TypeAdapter(dict[str, ResourceConfig])
+
+
+def with_resources(
+    settings: Settings, resources: Mapping[str, ResourceConfig | Mapping[str, Any]]
+) -> Settings:
+    """``settings`` with ``resources`` declared from Python as well (``Floodway(resources=...)``,
+    each a :class:`ResourceConfig` or a dict of its keys)."""
+    try:
+        declared = _RESOURCES.validate_python(dict(resources))
+    except ValidationError as exc:
+        raise ConfigError(
+            format_validation_error(exc, "Floodway(resources=...)", prefix=("resources",))
+        ) from None
+    twice = sorted(set(declared) & set(settings.resources))
+    if twice:
+        raise ConfigError(
+            f"resource {twice[0]!r} is declared in the configuration and in "
+            "Floodway(resources=...): declare it once"
+        )
+    return settings.model_copy(update={"resources": {**settings.resources, **declared}})
+
+
+def format_validation_error(
+    exc: ValidationError,
+    where: str,
+    prefix: tuple[str, ...] = (),
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """One line per error, naming the key (and the variable, for a value that came from the
+    environment); an unknown key gets the nearest known one."""
     lines = [f"invalid configuration in {where}:"]
+    variables = {k.upper(): k for k in environ or {}}
     for err in exc.errors():
-        loc = list(err["loc"])
+        loc = [*prefix, *err["loc"]]
         if loc[:2] == ["tenants", "named"]:  # [tenants.NAME] is written without the field
             del loc[1]
         key = ".".join(str(p) for p in loc) or "(top level)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = "unknown key" + did_you_mean(str(loc[-1]), _keys_at(loc[:-1]))
         elif err["type"] == "value_error" and "error" in err.get("ctx", {}):
             msg = str(err["ctx"]["error"])  # our own words, without pydantic's "Value error, "
+        variable = ENV_PREFIX + "__".join(str(p) for p in loc).upper()
+        if variable in variables:
+            msg += f" (the value of {variables[variable]})"
         lines.append(f"  {key}: {msg}")
     return "\n".join(lines)
+
+
+ENV_PREFIX = "FLOODWAY_"
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the nearest of ``known``, or nothing."""
+    near = difflib.get_close_matches(name.lower(), [k.lower() for k in known], n=1)
+    by_lower = {k.lower(): k for k in known}
+    return f" (did you mean {by_lower[near[0]]!r}?)" if near else ""
+
+
+def _section(annotation: Any) -> tuple[str, type[BaseModel]] | None:
+    """("model", M) for a field holding a model M (or M | None), ("names", M) for a table of
+    them (``dict[str, M]``); None for a value."""
+    if typing.get_origin(annotation) is dict:
+        value = typing.get_args(annotation)[1]
+        if isinstance(value, type) and issubclass(value, BaseModel):
+            return "names", value
+        return None
+    for arg in (annotation, *typing.get_args(annotation)):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return "model", arg
+    return None
+
+
+def _keys_at(loc: Sequence[Any]) -> list[str]:
+    """The keys the model at ``loc`` (a path of keys and names) takes."""
+    model: type[BaseModel] = Settings
+    rest = [str(p) for p in loc]
+    while rest:
+        field = model.model_fields.get(rest.pop(0))
+        section = None if field is None else _section(field.annotation)
+        if section is None:
+            return []
+        kind, model = section
+        if kind == "names" and rest:
+            rest.pop(0)
+    return list(model.model_fields)
+
+
+def check_environment(
+    data: Mapping[str, Any] | None, environ: Mapping[str, str], where: str
+) -> None:
+    """An environment variable overrides a key: one that names no key, or a resource, kind or
+    tenant that the file ``data`` does not declare, is refused naming the variable (pydantic
+    would make a new entry of it, or report it as if the file held it). Without a file
+    (``data`` None) the environment is the whole configuration, and may declare them."""
+    problems = []
+    for variable in sorted(environ):
+        if not variable.upper().startswith(ENV_PREFIX):
+            continue
+        parts = variable[len(ENV_PREFIX) :].lower().split("__")
+        if len(parts) == 1 and parts[0] not in Settings.model_fields:
+            continue  # FLOODWAY_URL, FLOODWAY_API_KEY...: the CLI's, not a setting
+        problem = _env_problem(parts, Settings, data or {}, where, file=data is not None)
+        if problem is not None:
+            problems.append(f"  {variable}: {problem}")
+    if problems:
+        raise ConfigError("\n".join(["invalid override in the environment:", *problems]))
+
+
+def _env_problem(
+    parts: list[str], model: type[BaseModel], data: Any, where: str, path: str = "", *, file: bool
+) -> str | None:
+    part, rest = parts[0], parts[1:]
+    values = data if isinstance(data, Mapping) else {}
+    field = model.model_fields.get(part)
+    if field is None and model is TenantConfig and part:  # [tenants.NAME]
+        field, rest, values = model.model_fields["named"], parts, {"named": values}
+        part = "named"
+    if field is None:
+        return f"{path}{part} is not a setting{did_you_mean(part, model.model_fields)}"
+    section = _section(field.annotation)
+    if section is None or not rest:
+        return None
+    kind, sub = section
+    inner = values.get(part, {})
+    if kind == "model":
+        return _env_problem(rest, sub, inner, where, f"{path}{part}.", file=file)
+    name, rest = rest[0], rest[1:]
+    declared = list(inner) if isinstance(inner, Mapping) else []
+    if file and name not in declared:
+        what = {"resources": "resource", "kinds": "kind", "named": "tenant"}.get(part, part)
+        hint = did_you_mean(name.replace("_", "-"), declared) or did_you_mean(name, declared)
+        return (
+            f"names {what} {name!r}, which {where} does not declare{hint}; a variable "
+            "overrides what the configuration declares, never adds to it (and cannot spell "
+            "'-' or capitals: name what you override in lower case with '_')"
+        )
+    own = inner.get(name) if isinstance(inner, Mapping) else None
+    if not rest:
+        return None
+    return _env_problem(rest, sub, own, where, f"{path}{part}.{name}.", file=file)

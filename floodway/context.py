@@ -29,6 +29,10 @@ class LineBook(Protocol):
         was queued before, the line as it is: a task has one line)."""
         ...
 
+    async def withdraw(self) -> None:
+        """A line still queued taken out (its task was cancelled): never sent."""
+        ...
+
     async def requeue(self) -> None:
         """A line that failed retryably, or was taken out, queued again for a new batch."""
         ...

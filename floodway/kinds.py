@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import difflib
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -37,6 +38,22 @@ Poll = Callable[["Context", str], Awaitable[tuple[str, JSON]]]
 #: a saving when tenants often ask for the same work, at the price of telling one tenant that
 #: another asked for it, and giving it the other's result).
 Share = Literal["tenant", "global"]
+
+
+def check_resource(kind: str, resource: str | None, declared: Iterable[str]) -> None:
+    """A kind's resource must be declared: one named nowhere would have no limits at all, and a
+    typo would go unnoticed (no resource at all is a kind without limits, and says so)."""
+    known = sorted(declared)
+    if resource is None or resource in known:
+        return
+    near = difflib.get_close_matches(resource, known, n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    raise ConfigError(
+        f"kind {kind!r} uses resource {resource!r}, which is declared nowhere{hint}: declare "
+        f"it in the config file ([resources.{resource}] with concurrency, requests_per_minute, "
+        f"...) or in Python (Floodway(..., resources={{{resource!r}: {{'concurrency': 10}}}})), "
+        "or leave resource out for a kind without limits"
+    )
 
 
 class JobPoller(Protocol):
@@ -263,6 +280,10 @@ class KindRegistry:
 
     def specs(self) -> list[KindSpec]:
         return list(self._kinds.values())
+
+    def check_resources(self, declared: Iterable[str]) -> None:
+        for spec in self._kinds.values():
+            check_resource(spec.name, spec.resource, declared)
 
     def check_fallbacks(self) -> None:
         for spec in self._kinds.values():

@@ -517,6 +517,9 @@ class TaskLines:
         now = self.clock.now()
         return await self.records.add_line(task.id, task.kind, model, body, task.deadline_at, now)
 
+    async def withdraw(self) -> None:
+        await self.records.withdraw_queued([self.task.id], self.clock.now())
+
     async def requeue(self) -> None:
         await self.records.requeue_line(self.task.id, self.clock.now())
 

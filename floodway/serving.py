@@ -18,11 +18,19 @@ GRACEFUL_SHUTDOWN_S = 5
 
 
 @asynccontextmanager
-async def serve_app(app: ASGIApp, port: int = 0, host: str = "127.0.0.1") -> AsyncIterator[str]:
-    """Serve any ASGI app with uvicorn as a task of the running loop; yields its base URL."""
+async def serve_app(
+    app: ASGIApp,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    *,
+    http: type[asyncio.Protocol] | str = "auto",
+) -> AsyncIterator[str]:
+    """Serve any ASGI app with uvicorn as a task of the running loop; yields its base URL.
+    ``http``: uvicorn's HTTP protocol (its name or class)."""
     sock = bind_socket(host, port)
     config = uvicorn.Config(
         app,
+        http=http,
         log_level="warning",
         log_config=None,  # leave the host process's logging alone
         access_log=False,

@@ -113,7 +113,7 @@ def build(
         resource=RESOURCE,
         idempotent=idempotent,
         lookup=look_up if lookup else None,
-        timeout_s=timeout_s,
+        timeout=timeout_s,
     )
     async def generate(ctx: Context, value: dict[str, Any]) -> Any:
         r = await client.post("/generate", json=value, headers={"Idempotency-Key": ctx.work_key})

@@ -18,7 +18,7 @@ from floodway.api.guard import GuardMiddleware
 from floodway.api.history import SAMPLE_INTERVAL_S, History
 from floodway.api.openapi import install_openapi
 from floodway.api.problems import install_problem_handlers
-from floodway.api.routes import batches, events, jobs, ops, spend, tasks, webhooks
+from floodway.api.routes import batches, events, jobs, kinds, ops, spend, tasks, webhooks
 from floodway.api.routes import openai as openai_routes
 from floodway.api.routes.openai.headers import OpenAIHeaders
 from floodway.api.state import ApiState
@@ -91,7 +91,7 @@ def create_app(
     )
     app.state.api = state
     install_problem_handlers(app)
-    for module in (tasks, events, batches, jobs, webhooks, spend, openai_routes, ops):
+    for module in (tasks, events, batches, jobs, kinds, webhooks, spend, openai_routes, ops):
         app.include_router(module.router)
     if ops.DASHBOARD.parent.is_dir():  # the dashboard's own scripts and styles, if it has any
         app.mount("/static", StaticFiles(directory=ops.DASHBOARD.parent), name="static")

@@ -12,6 +12,7 @@ from starlette.types import ASGIApp
 
 from floodway.api.app import create_app
 from floodway.api.auth import check_bind
+from floodway.api.parser import ProblemHttpProtocol
 from floodway.app import Floodway
 from floodway.serving import GRACEFUL_SHUTDOWN_S, bind_socket, serve_app
 
@@ -31,6 +32,7 @@ def uvicorn_config(
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         proxy_headers=False,
         server_header=False,
+        http=ProblemHttpProtocol,
     )
 
 
@@ -62,4 +64,4 @@ def serving(
     app: ASGIApp, host: str = "127.0.0.1", port: int = 0
 ) -> AbstractAsyncContextManager[str]:
     """Serve ``app`` in the running loop; yields its base URL (port 0: any free port)."""
-    return serve_app(app, port, host)
+    return serve_app(app, port, host, http=ProblemHttpProtocol)

@@ -21,6 +21,9 @@ from floodway.limits.backend import LimiterBackend
 from floodway.limits.base import ResourceSnapshot
 from floodway.limits.submit_rate import SubmitRateLimiter
 from floodway.runtime import Gate
+from floodway.wire.cursors import KEY_BYTES as CURSOR_KEY_BYTES
+from floodway.wire.cursors import KEY_NAME as CURSOR_KEY
+from floodway.wire.cursors import Cursors
 
 
 @dataclass
@@ -43,6 +46,14 @@ class ApiState:
     call_durations: dict[str, JobDurations] = field(default_factory=dict)
     #: (when, the limits' snapshot) behind the x-ratelimit-* headers of /openai/v1 answers
     limits_view: tuple[float, dict[str, ResourceSnapshot]] | None = None
+
+    _cursors: Cursors | None = None
+
+    async def cursors(self) -> Cursors:
+        """The page cursors' codec, under the deployment's key (read once)."""
+        if self._cursors is None:
+            self._cursors = Cursors(await self.fw.server_key(CURSOR_KEY, CURSOR_KEY_BYTES))
+        return self._cursors
 
     @property
     def settings(self) -> Settings:

@@ -14,6 +14,7 @@ from floodway.app import Floodway
 from floodway.config import Settings, parse_rate
 from floodway.core.states import Status
 from floodway.core.task import Task
+from floodway.kinds import KindRegistry
 from floodway.store.base import StoreStats, TaskQuery
 
 
@@ -97,7 +98,7 @@ SHARED_FIELDS = ("concurrency", "limits", "paused_for", "next_admission_in")
 
 
 def tenant_resources(
-    fw: Floodway,
+    kinds: KindRegistry,
     tenant: str,
     counts: StoreStats,
     snapshots: Mapping[str, Mapping[str, Any]],
@@ -107,17 +108,17 @@ def tenant_resources(
     candidates back in the last admission pass)."""
     kinds_of: dict[str, list[str]] = {}
     for kind in sorted(counts.by_kind_status):
-        if kind in fw.runtime.kinds:
-            resource = fw.runtime.kinds.get(kind).resource
+        if kind in kinds:
+            resource = kinds.get(kind).resource
             if resource is not None and resource in snapshots:
                 kinds_of.setdefault(resource, []).append(kind)
     view: dict[str, dict[str, Any]] = {}
-    for name, kinds in kinds_of.items():
+    for name, used_by in kinds_of.items():
         snap = snapshots[name]
         view[name] = {
             **{key: snap.get(key) for key in SHARED_FIELDS},
-            "kinds": kinds,
-            "in_flight": sum(counts.by_kind_status[k].get("running", 0) for k in kinds),
+            "kinds": used_by,
+            "in_flight": sum(counts.by_kind_status[k].get("running", 0) for k in used_by),
             "held_back_by": dict((snap.get("held_back_by_tenant") or {}).get(tenant, {})),
         }
     return view

@@ -28,6 +28,7 @@ from floodway.core.errors import FloodwayError, LimiterUnavailable, StoreError
 from floodway.limits.factory import build_backend
 from floodway.serving import bind_socket
 from floodway.store.factory import redact
+from floodway.version import __version__
 
 app = typer.Typer(
     name="floodway",
@@ -35,6 +36,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # click's plain help: a flag reads "--wait / --no-wait", not "--wait <bool>"
+    rich_markup_mode=None,
 )
 console = Console(stderr=True)
 
@@ -224,19 +227,42 @@ def migrate(config: ConfigOpt = None, database: DatabaseOpt = None) -> None:
 def simulate(
     port: Annotated[int, typer.Option(help="port to listen on")] = 9000,
     host: HostOpt = "127.0.0.1",
-    latency_ms: Annotated[float, typer.Option("--latency-ms")] = 500.0,
-    max_concurrency: Annotated[int, typer.Option("--max-concurrency")] = 0,
-    rpm: Annotated[int, typer.Option("--rpm")] = 0,
-    tpm: Annotated[int, typer.Option("--tpm")] = 0,
-    error_rate: Annotated[float, typer.Option("--error-rate")] = 0.0,
-    rate_limit_rate: Annotated[float, typer.Option("--rate-limit-rate")] = 0.0,
-    refusal_rate: Annotated[float, typer.Option("--refusal-rate")] = 0.0,
-    malformed_rate: Annotated[float, typer.Option("--malformed-rate")] = 0.0,
+    latency_ms: Annotated[
+        float, typer.Option("--latency-ms", help="time to answer one request")
+    ] = 500.0,
+    max_concurrency: Annotated[
+        int,
+        typer.Option(
+            "--max-concurrency", help="requests in flight at once (429 beyond); 0 = no cap"
+        ),
+    ] = 0,
+    rpm: Annotated[
+        int, typer.Option("--rpm", help="requests per sliding minute; 0 = no limit")
+    ] = 0,
+    tpm: Annotated[int, typer.Option("--tpm", help="tokens per sliding minute; 0 = no limit")] = 0,
+    error_rate: Annotated[
+        float, typer.Option("--error-rate", help="share answered 503 (0 to 1)")
+    ] = 0.0,
+    rate_limit_rate: Annotated[
+        float, typer.Option("--rate-limit-rate", help="share answered a spontaneous 429")
+    ] = 0.0,
+    refusal_rate: Annotated[
+        float, typer.Option("--refusal-rate", help="share refused: 400 content_policy")
+    ] = 0.0,
+    malformed_rate: Annotated[
+        float, typer.Option("--malformed-rate", help="share answered 200 without a usable result")
+    ] = 0.0,
     async_jobs: Annotated[bool, typer.Option("--async", help="jobs: 202, then poll")] = False,
-    job_duration_ms: Annotated[float, typer.Option("--job-duration-ms")] = 3000.0,
+    job_duration_ms: Annotated[
+        float, typer.Option("--job-duration-ms", help="--async: mean job duration")
+    ] = 3000.0,
     webhook: Annotated[bool, typer.Option("--webhook", help="signed callbacks")] = False,
-    webhook_drop_rate: Annotated[float, typer.Option("--webhook-drop-rate")] = 0.0,
-    seed: Annotated[int | None, typer.Option("--seed")] = None,
+    webhook_drop_rate: Annotated[
+        float, typer.Option("--webhook-drop-rate", help="--webhook: share never sent (0 to 1)")
+    ] = 0.0,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="the faults' random seed (repeatable runs)")
+    ] = None,
     openai: Annotated[
         bool, typer.Option("--openai", help="an OpenAI-compatible API under /v1 instead")
     ] = False,
@@ -289,7 +315,12 @@ def demo(
         bool, typer.Option("--realistic", help="20 s per image, like a real image API")
     ] = False,
     images: Annotated[int, typer.Option(min=1, help="how many images")] = 200,
-    latency_ms: Annotated[float | None, typer.Option("--latency-ms", min=1)] = None,
+    latency_ms: Annotated[
+        float | None,
+        typer.Option(
+            "--latency-ms", min=1, help="time per image (default 1500, 20000 with --realistic)"
+        ),
+    ] = None,
     job: Annotated[
         bool,
         typer.Option(
@@ -359,12 +390,35 @@ def serve_http(
     except FloodwayError as exc:
         fail(str(exc))
     sock = listen_or_fail(host, port)
+    if not fw.settings.kinds and not fw.kinds.names():
+        console.print(
+            "[yellow]no kinds are configured[/]: every submit will be refused (422 unknown "
+            "kind); pass --config FILE with [kinds.NAME] tables, or --app module:fw"
+        )
     console.print(
         f"[green]floodway[/] on http://{host}:{port} (dashboard /, docs /docs) "
         f"with {escape(redact(fw.settings.database))}",
         soft_wrap=True,
     )
     run_api(fw, host, port, run_workers=run_workers, concurrency=concurrency, sock=sock)
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        print(f"floodway {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    """A durable scheduler for calls to slow, rate-limited, billed AI providers."""
 
 
 register_remote(app)

@@ -4,6 +4,7 @@ ones that did not succeed failed, and exit 1 when any did not (as ``submit --wai
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections import Counter
@@ -53,20 +54,36 @@ def register(app: typer.Typer) -> None:
             Path,
             typer.Argument(
                 help="JSONL: one input object per line, or one submit body per line "
-                '({"kind": ..., "input": {...}})'
+                '({"kind": ..., "input": {...}}); or "show" and a batch id'
             ),
         ],
+        batch_id: Annotated[
+            str | None, typer.Argument(help="with show: the batch to report on")
+        ] = None,
         kind: Annotated[
             str | None,
             typer.Option("--kind", help="the tasks' kind (for lines that do not name one)"),
         ] = None,
         wait: Annotated[
-            bool, typer.Option("--wait", help="follow until all end; exit 1 if any did not succeed")
+            bool,
+            typer.Option(
+                "--wait/--no-wait", help="follow until all end; exit 1 if any did not succeed"
+            ),
         ] = False,
         url: UrlOpt = DEFAULT_URL,
         api_key: KeyOpt = None,
     ) -> None:
-        """Submit a JSONL file as one batch; with --wait, a live progress bar and a summary."""
+        """Submit a JSONL file as one batch; with --wait, a live progress bar and a summary.
+        `batch show ID`: a batch's tasks per status (JSON)."""
+        if str(file) == "show":  # a file named show is ./show
+            if batch_id is None:
+                exit_with_error("batch show: name the batch: `floodway batch show ID`")
+            shown = batch_id
+            progress = call(url, api_key, lambda c: c.batch_status(shown))
+            out.print_json(json.dumps(dataclasses.asdict(progress)))
+            return
+        if batch_id is not None:
+            exit_with_error(f"batch {file}: one file at a time (`batch show ID` shows a batch)")
         parsed = read_jsonl(file, kind)
         ok = call(url, api_key, lambda c: run_batch(c, parsed, wait))
         if not ok:

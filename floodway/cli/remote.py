@@ -100,7 +100,7 @@ def register(app: typer.Typer) -> None:
         input: Annotated[str, typer.Option("--input", help="the input, a JSON object")],
         lane: Annotated[str, typer.Option(help="interactive | background")] = "background",
         key: Annotated[str | None, typer.Option("--key", help="Idempotency-Key")] = None,
-        wait: Annotated[bool, typer.Option("--wait", help="wait until it ends")] = False,
+        wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until it ends")] = False,
         url: UrlOpt = DEFAULT_URL,
         api_key: KeyOpt = None,
     ) -> None:
@@ -144,6 +144,9 @@ def register(app: typer.Typer) -> None:
         oldest_first: Annotated[
             bool, typer.Option("--oldest-first", help="oldest first (default: newest first)")
         ] = False,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="the page as JSON: {items, next} as the API answers")
+        ] = False,
         url: UrlOpt = DEFAULT_URL,
         api_key: KeyOpt = None,
     ) -> None:
@@ -159,6 +162,10 @@ def register(app: typer.Typer) -> None:
                 newest_first=not oldest_first,
             ),
         )
+        if as_json:
+            items = [task_json(t) for t in page.items]
+            out.print_json(json.dumps({"items": items, "next": page.next}))
+            return
         print_tasks(page.items, "tasks")
         if page.next:
             again = ["floodway", "list", "--after", page.next]
@@ -172,6 +179,34 @@ def register(app: typer.Typer) -> None:
             if url != os.environ.get("FLOODWAY_URL", DEFAULT_URL):
                 again += ["--url", url]
             out.print(f"next page: {shlex.join(again)}", soft_wrap=True, highlight=False)
+
+    @app.command()
+    def kinds(
+        as_json: Annotated[bool, typer.Option("--json", help="the whole answer as JSON")] = False,
+        url: UrlOpt = DEFAULT_URL,
+        api_key: KeyOpt = None,
+    ) -> None:
+        """The kinds the server runs, with their resources and limits."""
+        found = call(url, api_key, lambda c: c.kinds())
+        if as_json:
+            out.print_json(json.dumps(found))
+            return
+        if not found:
+            out.print("no kinds are configured on this server")
+            return
+        table = Table(title="kinds")
+        for column in ("kind", "resource", "attempts", "deadline", "models"):
+            table.add_column(column, overflow="fold")
+        for k in found:
+            deadline = "none" if k["deadline_s"] is None else f"{k['deadline_s']:g}s"
+            table.add_row(
+                escape(k["name"]),
+                escape(k["resource"] or "(no limits)"),
+                str(k["max_attempts"]),
+                deadline,
+                escape(", ".join(k["models"])),
+            )
+        out.print(table)
 
     @app.command()
     def stats(url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = None) -> None:

@@ -26,6 +26,9 @@
 
 from __future__ import annotations
 
+import difflib
+from datetime import UTC, datetime
+
 
 class FloodwayError(Exception):
     """Root of every exception floodway raises."""
@@ -59,8 +62,8 @@ class LimiterUnavailable(Unavailable):
 class IllegalTransition(FloodwayError):
     def __init__(self, frm: str, to: str, detail: str = "") -> None:
         self.frm, self.to = frm, to
-        msg = f"illegal transition {frm} -> {to}"
-        super().__init__(f"{msg}: {detail}" if detail else msg)
+        # what a person asked for says it in their words; the bare transition is for code
+        super().__init__(detail or f"illegal transition {frm} -> {to}")
 
 
 class AttemptStillOpen(IllegalTransition):
@@ -93,8 +96,16 @@ class JobNotFound(FloodwayError):
 
 class UnknownKind(FloodwayError):
     def __init__(self, kind: str, known: list[str] | None = None) -> None:
-        self.kind = kind
-        hint = f" (known kinds: {', '.join(sorted(known))})" if known else ""
+        self.kind, self.known = kind, sorted(known or [])
+        if not self.known:
+            hint = (
+                " (no kinds are configured here: declare [kinds.NAME] in the file given with "
+                "--config, or @fw.kind(...) in Python)"
+            )
+        else:
+            near = difflib.get_close_matches(kind, self.known, n=1)
+            mean = f"did you mean {near[0]!r}? " if near else ""
+            hint = f" ({mean}known kinds: {', '.join(self.known)})"
         super().__init__(f"unknown kind {kind!r}{hint}")
 
 
@@ -134,9 +145,15 @@ class BudgetExceeded(FloodwayError):
         self.tenant, self.amount, self.left = tenant, amount, left
         self.needed, self.resets_at = needed, resets_at
         self.retry_after = max(0.0, resets_at - now)
+        try:
+            resets = datetime.fromtimestamp(resets_at, UTC).isoformat()
+        except (OverflowError, OSError, ValueError):
+            resets = "never"
         super().__init__(
             f"tenant {tenant!r} has {left:.6g} left of its budget of {amount:.6g} this period; "
-            f"this submission is estimated at {needed:.6g}"
+            f"this submission is estimated at {needed:.6g}; the budget resets at {resets} (it is "
+            f"set by [tenants.{tenant}] budget, or [tenants] budget for every tenant, in the "
+            "server's configuration)"
         )
 
 

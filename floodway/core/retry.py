@@ -2,7 +2,8 @@
 
 Full-jitter exponential backoff (delay = uniform(0, min(cap, base * 2**(attempt-1)))), a
 server's Retry-After wins, fatal errors never retry, a throttle (429) does not use an attempt,
-invalid output three times is poison, attempts exhausted is dead, a deadline passed is timeout.
+invalid output three times is poison, attempts exhausted is dead, a deadline passed is timeout,
+any other exception is ``unexpected`` and retried.
 Every call site (worker, poller, webhook delivery, client) uses this module.
 """
 
@@ -19,6 +20,10 @@ from floodway.core.backoff import Backoff
 from floodway.core.errors import FatalError, HandlerError, InvalidOutput, RetryableError
 from floodway.core.outcome import Cancelled, Completion, Failed, Outcome, Succeeded
 from floodway.core.task import ErrorClass, ErrorInfo, Task
+
+#: the error type of an exception that is none of floodway's (nor a timeout or connection
+#: error): logged with its traceback, and retried
+UNEXPECTED = "unexpected"
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,9 @@ class RetryPolicy:
             return Failed(error, hung_up=True)
         if isinstance(exc, ConnectionError | httpx.TransportError):
             return Failed(ErrorInfo(ErrorClass.RETRYABLE, "connection", _describe(exc)))
-        return Failed(ErrorInfo(ErrorClass.FATAL, type(exc).__name__, _describe(exc)))
+        # Any other exception is a bug or a failure nobody foresaw: retried, as most queues do
+        # (a flaky dependency raises whatever it raises), within max_attempts, then dead.
+        return Failed(ErrorInfo(ErrorClass.RETRYABLE, UNEXPECTED, _describe(exc)))
 
     def decide(
         self, task: Task, outcome: Outcome, now: float, rng: random.Random | None = None

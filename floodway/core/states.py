@@ -57,6 +57,9 @@ def check_transition(frm: Status, to: Status, doing: str = "") -> None:
         if not doing:
             raise IllegalTransition(frm.value, to.value)
         origins = ", ".join(s.value for s in Status if to in TRANSITIONS[s])
+        state = f"already {frm.value}" if frm in TERMINAL else f"{frm.value}"
         raise IllegalTransition(
-            frm.value, to.value, f"cannot {doing} a task that is {frm.value} (only {origins})"
+            frm.value,
+            to.value,
+            f"the task is {state}: nothing to {doing} (only a task that is {origins} can be)",
         )

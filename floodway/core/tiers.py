@@ -85,6 +85,12 @@ def choose_tier(
 #: where a task's line of a provider batch is: waiting to be packed, in a batch sent upstream,
 #: answered, failed, or taken out before its deadline (to go on a faster tier)
 LineState = Literal["queued", "sent", "done", "failed", "withdrawn"]
+#: the states of a line whose task has its answer (or went elsewhere): kept only as long as
+#: results are
+ENDED_LINES: tuple[LineState, ...] = ("done", "failed", "withdrawn")
+#: a provider batch's row: packed (the provider not asked yet, or its answer not recorded),
+#: sent (its provider id recorded), ended (its lines' results recorded)
+CREATING, SENT, BATCH_ENDED = "creating", "sent", "ended"
 #: the provider batch states from which no more lines will be answered
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 

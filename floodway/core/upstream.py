@@ -39,10 +39,10 @@ class PollSchedule:
     *shortest* typical job duration), or ``callback_grace`` when the provider calls back and
     polling is only the fallback for lost callbacks. With ``poll_after`` unset, a low quantile of
     the kind's recent job durations (``durations``) plays its part once one job has finished;
-    until then the gaps are ``cold_ratio`` x the age, and the first job seen finished brings
-    every parked job of the kind forward to the ``ratio`` schedule (:meth:`observe` says when):
-    the first jobs of a batch to end tell when the rest may, and nothing is spent polling
-    densely before any could.
+    until then the gaps are ``cold_ratio`` x the age, and the first job seen finished makes every
+    parked job of the kind at least as old due at once (:meth:`observe` says when), then on
+    ``ratio``: the first jobs of a batch to end tell when the rest may, and nothing is spent
+    polling densely before any could.
     After that, the gap before the next poll has a ceiling of ``ratio`` x the job's age (capped
     at ``max_gap_s``) and is drawn by the one backoff policy
     (:class:`~floodway.core.backoff.Backoff`, full jitter) over the top
@@ -69,7 +69,7 @@ class PollSchedule:
     #: kind's recent durations (``first_s`` applies until one finished)
     durations: JobDurations | None = field(default=None, compare=False)
     #: the ratio while ``durations`` knows no finished job yet
-    cold_ratio: float = 0.6
+    cold_ratio: float = 0.65
 
     def first_delay(self) -> float:
         """Seconds from the submit to the first poll."""
@@ -88,8 +88,8 @@ class PollSchedule:
 
     def observe(self, started_at: float, finished_at: float) -> bool:
         """A job of the kind submitted at ``started_at`` was seen finished at ``finished_at``.
-        True when it is the first the schedule learns of: the jobs parked on the cold gaps
-        are due sooner (:meth:`~floodway.store.base.Store.hasten_parked` with ``ratio``)."""
+        True when it is the first the schedule learns of: the jobs as old, parked on the cold
+        gaps, are due now (:meth:`~floodway.store.base.Store.hasten_parked`)."""
         if self.durations is None:
             return False
         first = self.durations.leave_alone_s() is None

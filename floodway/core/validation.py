@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from urllib.parse import urlsplit
 
+from floodway.core.addresses import literal_address, refusal
 from floodway.core.errors import InvalidInput
 
 MAX_DEPTH = 32
@@ -63,16 +64,29 @@ def check_deadline(value: object) -> None:
         )
 
 
+def host_listed(host: str, allowed: Sequence[str]) -> bool:
+    """``host`` matches one of ``api.callback_hosts`` (``hooks.example.com``, ``*.example.com``)."""
+    return any(fnmatchcase(host.lower(), pattern.lower()) for pattern in allowed)
+
+
 def check_callback_host(url: str, allowed: Sequence[str]) -> None:
-    """``api.callback_hosts``: the outbox POSTs from inside the deployment's network, so only
-    hosts the operator named may receive it (no list: any host)."""
-    if not allowed:
-        return
+    """``api.callback_hosts``: a listed host may be anywhere; with a list, no other host is
+    called; without one, only public addresses are (the host's addresses are checked again
+    after DNS resolution at each delivery: :mod:`floodway.core.addresses`)."""
     host = (urlsplit(url).hostname or "").lower()
-    if not any(fnmatchcase(host, pattern.lower()) for pattern in allowed):
+    if host_listed(host, allowed):
+        return
+    if allowed:
         raise InvalidInput(
             f"callback_url: host {host!r} is not allowed here (api.callback_hosts: "
             f"{', '.join(allowed)})"
+        )
+    address = literal_address(host)
+    why = None if address is None else refusal(address)
+    if why is not None:
+        raise InvalidInput(
+            f"callback_url: host {host!r} is {why}; callbacks go to public addresses only "
+            "unless api.callback_hosts lists the host"
         )
 
 

@@ -21,6 +21,12 @@ outbox (``Store.due_effects``) in its own transaction: a poison task's fallback 
 submit), and a dead task's alert goes to the ``on_dead`` hooks and is POSTed to
 ``alert_url``, retried as callbacks are. A crash between the completion and its effects loses
 none, and a slow alert endpoint never holds a worker's slot.
+
+Where it POSTs is held to :mod:`floodway.core.addresses`: a host not in ``api.callback_hosts``
+is resolved here, refused if any of its addresses is not public, and called at the address that
+was checked (the URL's name still in ``Host`` and in TLS's server name), so a DNS answer that
+changes between the check and the connection cannot move the call inside. Redirects are not
+followed.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ import inspect
 import json
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping
+import socket
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -38,11 +45,13 @@ from typing import Any
 import httpx
 
 from floodway.clock import event_set_within, stop_task
+from floodway.core.addresses import literal_address, refusal
 from floodway.core.backoff import Backoff
 from floodway.core.errors import FloodwayError, Unavailable
 from floodway.core.jobs import Job
 from floodway.core.owners import owner_name
 from floodway.core.task import SubmitRequest, Task
+from floodway.core.validation import host_listed
 from floodway.maintenance.leader import lead
 from floodway.runtime import Runtime
 from floodway.store.base import DueEffect, Store
@@ -64,6 +73,43 @@ def signing_secret(keys: Mapping[str, str], tenant: str) -> str:
     order when it has several), or ``"floodway"`` when the API is open."""
     own = sorted(key for key, owner in keys.items() if owner == tenant)
     return own[0] if own else OPEN_SIGNING_SECRET
+
+
+class Refused(Exception):
+    """The callback's host is, or resolves to, an address floodway does not call."""
+
+
+#: where one delivery connects: the URL, the headers to add and the request's extensions
+Pinned = tuple[httpx.URL, dict[str, str], dict[str, str]]
+
+
+async def pinned_request(url: str, allowed: Sequence[str]) -> Pinned:
+    """(the URL to connect to, headers, request extensions) for a POST to ``url``: as it is
+    for a listed host, else at the public address its host resolves to."""
+    target = httpx.URL(url)
+    host = target.host
+    if host_listed(host, allowed):
+        return target, {}, {}
+    literal = literal_address(host)
+    if literal is not None:
+        addresses = [literal]
+    else:
+        port = target.port or (443 if target.scheme == "https" else 80)
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = [a for a in (literal_address(str(info[4][0])) for info in infos) if a]
+    for address in addresses:
+        why = refusal(address)
+        if why is not None:
+            raise Refused(
+                f"{host} is {why} ({address}); api.callback_hosts lists the hosts "
+                "that may be internal"
+            )
+    if not addresses:
+        raise Refused(f"{host} resolves to no address")
+    if literal is not None:
+        return target, {}, {}
+    pinned = target.copy_with(host=str(addresses[0]))
+    return pinned, {"host": target.netloc.decode("ascii")}, {"sni_hostname": host}
 
 
 class Outbox:
@@ -178,9 +224,16 @@ class Outbox:
         }
         url = callback.url
         try:
+            target, pinned, extensions = await pinned_request(
+                url, self.runtime.settings.api.callback_hosts
+            )
+            request = self._client.build_request(
+                "POST", target, content=body, headers={**headers, **pinned}, extensions=extensions
+            )
             # Streamed and never read: a receiver cannot make us buffer a large answer.
-            async with self._client.stream("POST", url, content=body, headers=headers) as resp:
-                ok, why = resp.is_success, f"answered {resp.status_code}"
+            resp = await self._client.send(request, stream=True)
+            ok, why = resp.is_success, f"answered {resp.status_code}"
+            await resp.aclose()
         except Exception as exc:  # any failure to deliver is the receiver's, never ours to raise
             ok, why = False, f"{type(exc).__name__}: {exc}"
         attempts = callback.attempts + 1

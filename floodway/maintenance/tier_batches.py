@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import logging
 
+from floodway.core.tiers import CREATING
 from floodway.kinds import BatchApi, KindSpec
 from floodway.runtime import Runtime
-from floodway.store.tier_records import CREATING, UpstreamBatch
+from floodway.store.tier_records import UpstreamBatch
 
 log = logging.getLogger("floodway.tier_batches")
 

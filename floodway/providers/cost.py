@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from floodway.core.errors import ConfigError
+from floodway.core.errors import ConfigError, InvalidInput
 from floodway.kinds import CostFn
 
 CHARS_PER_TOKEN = 4
@@ -36,20 +36,29 @@ MAX_OUTPUT_TOKENS: dict[str, int] = {
 }
 #: a model the table does not know (set the kind's ``max_output_tokens`` for it)
 DEFAULT_MAX_OUTPUT_TOKENS = 16_384
+#: the largest count a request may name (max_tokens, n): OpenAI's API takes 32-bit integers
+MAX_COUNT = 2**31 - 1
 
 
 def _chars(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
 
 
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+def count_field(value: dict[str, Any], name: str) -> int | None:
+    """``value[name]`` as a count (tokens, images): None when absent; a whole number from 0 to
+    :data:`MAX_COUNT`, else the caller's error (it would be reserved against the limits)."""
+    count = value.get(name)
+    if count is None:
+        return None
+    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= MAX_COUNT:
+        raise InvalidInput(f"{name} must be a whole number from 0 to {MAX_COUNT}")
+    return count
 
 
 def _output_budget(value: Any, default: int) -> int:
     if isinstance(value, dict):
         for name in OUTPUT_FIELDS:
-            budget = _count(value.get(name))
+            budget = count_field(value, name)
             if budget is not None:
                 return budget
     return default
@@ -78,8 +87,8 @@ def text_of(content: Any) -> str:
 def generic_tokens(value: Any, default_output: int = 0) -> float:
     """An explicit ``tokens`` field, else the input's JSON length / 4, plus ``max_tokens``."""
     if isinstance(value, dict):
-        tokens = value.get("tokens")
-        if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:
+        tokens = count_field(value, "tokens")
+        if tokens is not None:
             return float(tokens)
     return float(_chars(value) // CHARS_PER_TOKEN + _output_budget(value, default_output))
 
@@ -100,7 +109,7 @@ def embedding_tokens(value: Any) -> float:
 
 
 def image_count(value: Any) -> float:
-    n = _count(value.get("n")) if isinstance(value, dict) else None
+    n = count_field(value, "n") if isinstance(value, dict) else None
     return float(n) if n else 1.0
 
 
@@ -125,7 +134,7 @@ def openai_estimate(endpoint: str, model: str | None, max_output: int | None) ->
             return float(_chars(value) // CHARS_PER_TOKEN)
         messages = value.get("messages")
         if endpoint == "chat" and isinstance(messages, list):
-            answers = _count(value.get("n")) or 1
+            answers = count_field(value, "n") or 1
             return float(_prompt_tokens(messages) + answers * output(value))
         return float(_chars(value) // CHARS_PER_TOKEN + output(value))
 

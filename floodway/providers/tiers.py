@@ -142,7 +142,13 @@ class LinePoller:
         return "running", None
 
     async def cancel(self, ctx: Context, ref: str) -> bool:
-        return False  # a provider batch cannot drop one of its lines
+        """A line not sent yet is taken out; one in a sent batch stays (a provider batch
+        cannot drop one of its lines) and may still be answered."""
+        line = None if ctx.lines is None else await ctx.lines.get()
+        if ctx.lines is None or line is None or line.state != "queued":
+            return False
+        await ctx.lines.withdraw()
+        return True
 
     def read_callback(self, body: JSON) -> tuple[str | None, JobView]:
         return None, JobView("running")  # no provider calls back about a batch line

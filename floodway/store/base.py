@@ -412,10 +412,10 @@ class Store(Protocol):
         """Take the lease of parked tasks due for a poll (the attempt count is unchanged)."""
         ...
 
-    async def hasten_parked(self, kind: str, ratio: float, now: float) -> int:
-        """Bring the next poll of each parked task of ``kind`` forward to at most ``ratio`` x
-        its job's age from ``now`` (news that shortens the schedule: the kind's first job
-        seen finished); how many moved."""
+    async def hasten_parked(self, kind: str, older_than_s: float, now: float) -> int:
+        """Make the next poll of each parked task of ``kind`` whose job is ``older_than_s`` or
+        more due at ``now`` (the kind's first job seen finished took that long: any of them
+        may have finished too); how many moved."""
         ...
 
     async def next_parked_at(self) -> float | None: ...
@@ -516,6 +516,11 @@ class Store(Protocol):
 
     async def take_lead(self, name: str, owner: str, dead: str, now: float, ttl_s: float) -> bool:
         """Take the lead of ``name`` from ``dead`` (known dead), if it still holds it."""
+        ...
+
+    async def server_key(self, name: str, new: str) -> str:
+        """The deployment's key ``name``: the one stored, else ``new``, stored now (whichever
+        process stores first, every process gets that one)."""
         ...
 
     async def probe_write(self, now: float) -> None:

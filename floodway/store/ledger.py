@@ -294,8 +294,8 @@ class Ledger(LedgerOpenAIRecords, LedgerJobs, LedgerTierRecords, ABC):
         rows = await self._write(lambda _: all_rows("claim_parked", **args))
         return [task_from_row(r) for r in rows]
 
-    async def hasten_parked(self, kind: str, ratio: float, now: float) -> int:
-        params = {"kind": kind, "ratio": ratio, "now": now}
+    async def hasten_parked(self, kind: str, older_than_s: float, now: float) -> int:
+        params = {"kind": kind, "older_than": older_than_s, "now": now}
         return await self._write(lambda _: count("hasten_parked", **params))
 
     async def next_parked_at(self) -> float | None:
@@ -397,6 +397,12 @@ class Ledger(LedgerOpenAIRecords, LedgerJobs, LedgerTierRecords, ABC):
     async def take_lead(self, name: str, owner: str, dead: str, now: float, ttl_s: float) -> bool:
         params = {"name": name, "owner": owner, "dead": dead, "expires_at": now + ttl_s}
         return bool(await self._write(lambda _: count("take_lead", **params)))
+
+    async def server_key(self, name: str, new: str) -> str:
+        await self._write(lambda _: count("keep_server_key", name=name, value=new))
+        row = await self._one("server_key", name=name)
+        assert row is not None  # written above, and never deleted
+        return str(row["value"])
 
     async def _drop_leases(self, identity: str) -> None:
         """Free the leader leases of a dead process (its owners are ``identity:role``)."""

@@ -59,6 +59,7 @@ from floodway.core.outcome import Applied, Completion, Succeeded
 from floodway.core.spend import Budget, Charge, possibly_billed
 from floodway.core.states import CLAIMABLE, TERMINAL, Status, check_transition
 from floodway.core.task import ErrorClass, ErrorInfo, Lane, NewTask, Submitted, Task, new_id
+from floodway.core.tiers import BATCH_ENDED, ENDED_LINES
 from floodway.store.base import (
     BatchKey,
     ClaimParams,
@@ -852,6 +853,8 @@ def purge(retention: Retention) -> Rule[Purged]:
     yield from count("purge_streams", before=results_before)
     for jobs in ("purge_job_tasks", "purge_job_steps", "purge_jobs"):  # a job, as its tasks
         yield from count(jobs, before=rows_before)
+    yield from count("purge_lines", before=results_before, ended_states=list(ENDED_LINES))
+    yield from count("purge_upstream_batches", before=rows_before, ended=BATCH_ENDED)
     return Purged(cleared, deleted, keys)
 
 

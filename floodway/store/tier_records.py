@@ -18,16 +18,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from floodway.core.task import new_id
-from floodway.core.tiers import BatchLine, LineResult
+from floodway.core.tiers import BATCH_ENDED, CREATING, SENT, BatchLine, LineResult
 from floodway.store import rules
 from floodway.store.base import TaskChange
 from floodway.store.steps import Row, Rule, all_rows, count
 
 T = TypeVar("T")
 
-#: a provider batch's row: packed (the provider not asked yet, or its answer not recorded),
-#: sent (its provider id recorded), ended (its lines' results recorded)
-CREATING, SENT, ENDED = "creating", "sent", "ended"
+ENDED = BATCH_ENDED
 
 
 @dataclass(frozen=True)

@@ -98,10 +98,6 @@ def _number(problem: Mapping[str, Any], name: str) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
-def _budget_detail(exc: BudgetExceeded) -> str:
-    return f"{exc}; it resets at {_resets_at(exc)}"
-
-
 def _resets_at(exc: BudgetExceeded) -> str:
     at = timestamp(exc.resets_at)
     return at.isoformat() if at is not None else "never"
@@ -147,8 +143,10 @@ TABLE: tuple[ProblemType, ...] = (
         "unknown-kind",
         422,
         UnknownKind,
-        members=lambda exc: {"kind": exc.kind},
-        read=lambda problem, wait, now: UnknownKind(_text(problem, "kind")),
+        members=lambda exc: {"kind": exc.kind, "known_kinds": exc.known},
+        read=lambda problem, wait, now: UnknownKind(
+            _text(problem, "kind"), [str(k) for k in problem.get("known_kinds") or []]
+        ),
     ),
     ProblemType(
         "job-not-found",
@@ -200,7 +198,7 @@ TABLE: tuple[ProblemType, ...] = (
         IllegalTransition,
         members=lambda exc: {"from_status": str(exc.frm), "to_status": str(exc.to)},
         read=lambda problem, wait, now: IllegalTransition(
-            _text(problem, "from_status"), _text(problem, "to_status"), ""
+            _text(problem, "from_status"), _text(problem, "to_status"), _text(problem, "detail")
         ),
     ),
     ProblemType(  # money, not speed: waiting helps only at the reset
@@ -216,7 +214,6 @@ TABLE: tuple[ProblemType, ...] = (
         },
         read=_read_budget,
         wait=lambda exc: exc.retry_after,
-        detail=_budget_detail,
         title="Payment Required",
     ),
     ProblemType(

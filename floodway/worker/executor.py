@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 from typing import Any
 
 import jsonschema
@@ -14,9 +15,11 @@ from floodway.context import Context
 from floodway.core import changes
 from floodway.core.errors import InvalidOutput
 from floodway.core.outcome import Cancelled, Failed, Outcome, Parked, Succeeded
-from floodway.core.retry import RetryPolicy
+from floodway.core.retry import UNEXPECTED, RetryPolicy
 from floodway.core.task import JSON, ErrorClass, ErrorInfo
 from floodway.kinds import KindSpec
+
+log = logging.getLogger("floodway.worker")
 
 
 async def execute(spec: KindSpec, ctx: Context, policy: RetryPolicy, clock: Clock) -> Outcome:
@@ -53,7 +56,17 @@ async def execute(spec: KindSpec, ctx: Context, policy: RetryPolicy, clock: Cloc
     except asyncio.CancelledError:
         return Cancelled("handler cancelled")
     except Exception as exc:
-        return dataclasses.replace(policy.classify(exc), usage=ctx.usage)
+        failed = policy.classify(exc)
+        if failed.error.type == UNEXPECTED:  # floodway's own errors say what happened
+            log.error(
+                "task %s (kind %s, attempt %d): the handler raised %s; retried within max_attempts",
+                ctx.task.id,
+                spec.name,
+                ctx.task.attempts,
+                type(exc).__name__,
+                exc_info=exc,
+            )
+        return dataclasses.replace(failed, usage=ctx.usage)
     if isinstance(result, Parked):
         return result  # an upstream job: its result is checked when the job ends
     return checked_result(spec, policy, result, ctx.usage)

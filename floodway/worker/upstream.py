@@ -266,20 +266,19 @@ class UpstreamPoller:
             if state == "running":
                 await self._reschedule(task, spec, ctx, ref, asked_at)
                 return
-            if state == "done" and task.started_at is not None:
-                schedule = spec.poll.schedule
-                if schedule.observe(task.started_at, asked_at):
-                    await self._hasten(task.kind, schedule.ratio)
+            started = task.started_at if state == "done" else None
+            if started is not None and spec.poll.schedule.observe(started, asked_at):
+                await self._hasten(task.kind, asked_at - started)
             outcome = job_outcome(spec, runtime.policy, state, value, ctx.usage)
         item = runtime.decide(task, outcome, runtime.clock.now(), ctx.billed, self._rng)
         await finish_upstream(runtime, task, item, usage=ctx.usage, headers=ctx.response_headers)
 
-    async def _hasten(self, kind: str, ratio: float) -> None:
-        """The kind's first job seen finished: its parked jobs, polled on cold gaps so far,
-        are due on the schedule of their age (best effort: the cold gaps stand otherwise)."""
+    async def _hasten(self, kind: str, took_s: float) -> None:
+        """The kind's first job seen finished, after ``took_s``: its parked jobs as old, polled
+        on cold gaps so far, are looked at now (best effort: the cold gaps stand otherwise)."""
         runtime = self.runtime
         try:
-            moved = await runtime.store.hasten_parked(kind, ratio, runtime.clock.now())
+            moved = await runtime.store.hasten_parked(kind, took_s, runtime.clock.now())
         except Exception:
             log.warning("could not bring the polls of %s forward", kind, exc_info=True)
             return

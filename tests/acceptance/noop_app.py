@@ -17,7 +17,7 @@ CALL_TIMEOUT_S = 1.0
 def build(database: str | None = None) -> Floodway:
     fw = Floodway(database=database or os.environ.get("FLOODWAY_DATABASE"))
 
-    @fw.kind("noop", dedupe=False, timeout_s=CALL_TIMEOUT_S)
+    @fw.kind("noop", dedupe=False, timeout=CALL_TIMEOUT_S)
     async def noop(ctx: Context, value: dict[str, Any]) -> dict[str, Any]:
         await asyncio.sleep(0.001)  # a call that returns at once
         return {"n": value["n"]}

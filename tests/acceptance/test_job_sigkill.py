@@ -110,7 +110,7 @@ def finished(job: dict[str, Any]) -> dict[str, str]:
     }
 
 
-@pytest.mark.timeout(60 + 15 * KILLS)
+@pytest.mark.timeout(120 + 40 * KILLS)
 async def test_floodway_serve_sigkilled_mid_job_completes_it_billing_each_step_once(
     tmp_path: Path,
 ) -> None:
@@ -125,7 +125,7 @@ async def test_floodway_serve_sigkilled_mid_job_completes_it_billing_each_step_o
         headers = {"Authorization": f"Bearer {KEY}"}
         try:
             async with httpx.AsyncClient(base_url=url, headers=headers, timeout=10) as http:
-                await until_healthy(url, 30, "floodway serve")
+                await until_healthy(url, 90, "floodway serve")
                 for run in range(KILLS):
                     before = sim.state.ledger.total
                     job = (await http.post("/v1/jobs", json=editor_job())).json()
@@ -137,7 +137,7 @@ async def test_floodway_serve_sigkilled_mid_job_completes_it_billing_each_step_o
                     await until(billed, 60, "the job under way")
                     kill(proc)
                     proc = spawn_floodway(args, {}, tmp_path / f"serve-{run + 1}.log")
-                    await until_healthy(url, 30, "floodway serve, again")
+                    await until_healthy(url, 90, "floodway serve, again")
                     seen = finished((await http.get(f"/v1/jobs/{job['id']}")).json())
 
                     async def ended(job_id: str = job["id"]) -> bool:
@@ -155,7 +155,7 @@ async def test_floodway_serve_sigkilled_mid_job_completes_it_billing_each_step_o
         assert ledger.total == KILLS * TASKS
 
 
-@pytest.mark.timeout(60 + 15 * KILLS)
+@pytest.mark.timeout(120 + 40 * KILLS)
 async def test_floodway_worker_on_postgresql_sigkilled_mid_jobs_completes_them_once(
     tmp_path: Path,
 ) -> None:
@@ -182,7 +182,7 @@ async def test_floodway_worker_on_postgresql_sigkilled_mid_jobs_completes_them_o
                     await until(billed, 60, "the jobs under way")
                     kill(proc)
                     proc = spawn_floodway(args, {}, tmp_path / f"worker-{run + 1}.log")
-                done = [await fw.wait_job(j["id"], timeout=120) for j in jobs]
+                done = [await fw.wait_job(j["id"], timeout=60 + 20 * KILLS) for j in jobs]
         finally:
             stop(proc)
         for job in done:

@@ -114,3 +114,15 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
         assert shown in out, (shown, out[-6000:])
     # curl exits 0 on an HTTP error: a problem document in the output is the README failing.
     assert "urn:floodway:problem" not in out, out[-6000:]
+
+
+def test_the_readme_library_block_runs_as_pasted(tmp_path: Path) -> None:
+    """The Python block of "Three ways in", saved as a file and run in a fresh directory."""
+    section = README.read_text().split("\n## Three ways in, one engine\n", 1)[1]
+    (block,) = [b for b in blocks(section.split("\n## ", 1)[0]) if b.lang == "python"]
+    (tmp_path / "app.py").write_text(block.body)
+    done = subprocess.run(
+        [sys.executable, "app.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("succeeded "), done.stdout

@@ -221,6 +221,21 @@ async def test_cost_is_money_when_the_kind_has_a_price(dash: Dash, open_page: Op
         "0.04 estimated at the kind's price (1 units, 1 used)",
         "1,100 units estimated (the kind has no price)",
     ]
+    # The fixture's priced kind (chat, on "llm") in money; a free one (sim) in units.
+    page = watched.page
+    for task_id, priced in ((dash.ids["chat"][0], True), (dash.ids["succeeded"][0], False)):
+        cost = (await dash.http.get(f"/v1/tasks/{task_id}")).json()["cost"]
+        assert (cost["held"] > 0) is priced
+        await page.fill("#task-id", task_id)
+        await page.press("#task-id", "Enter")
+        await page.wait_for_selector(f'#task-title:has-text("{task_id}")')
+        fields = await page.inner_text("#task-fields")
+        expected = await page.evaluate(
+            """async (cost) => (await import("./static/format.js")).costText(cost)""", cost
+        )
+        assert expected in fields
+        assert ("at the kind's price" in fields) is priced
+    assert watched.errors == []
 
 
 async def test_a_tenant_key_after_the_hash_shows_that_tenant_only(
@@ -320,5 +335,45 @@ async def test_screenshots_of_the_views(dash: Dash, open_page: OpenPage, screens
     await page.wait_for_selector('#events-state:has-text("ended (succeeded)")')
     await page.locator("section", has=page.locator("#search-title")).screenshot(
         path=str(screenshots / "dashboard-task.png")
+    )
+    assert watched.errors == []
+
+
+async def test_a_job_is_shown_as_its_steps(
+    dash: Dash, open_page: OpenPage, screenshots: Path
+) -> None:
+    body = {
+        "steps": [
+            {"name": "draft", "kind": "sim", "input": {"job": "draft"}},
+            {"name": "review", "kind": "sim", "input": {"job": "review"}, "after": ["draft"]},
+            {"name": "publish", "kind": "slow", "input": {"job": "publish"}, "after": ["review"]},
+        ]
+    }
+    sent = await dash.http.post("/v1/jobs", json=body)
+    assert sent.status_code == 202, sent.text
+    job_id = sent.json()["id"]
+
+    async def publishing() -> bool:
+        job = (await dash.http.get(f"/v1/jobs/{job_id}")).json()
+        return [s["status"] for s in job["steps"]][:2] == ["succeeded", "succeeded"]
+
+    await eventually(publishing)
+    watched = await open_page(dash.url)
+    page = watched.page
+    await page.click(f'#jobs-rows tr[data-job-id="{job_id}"] button')
+    await page.wait_for_selector(f'#job-title:has-text("{job_id}")')
+    job = (await dash.http.get(f"/v1/jobs/{job_id}")).json()
+    steps = await page.locator("#job-steps > li").evaluate_all(
+        "items => items.map(i => [i.dataset.step, i.dataset.status])"
+    )
+    assert steps == [[s["name"], s["status"]] for s in job["steps"]]
+    assert steps[:2] == [["draft", "succeeded"], ["review", "succeeded"]]
+    assert "after review" in await page.inner_text('#job-steps > li[data-step="publish"]')
+    # A step's task opens in the task view.
+    draft_task = job["steps"][0]["tasks"][0]["id"]
+    await page.click(f'#job-steps button[data-task-id="{draft_task}"]')
+    await page.wait_for_selector(f'#task-title:has-text("{draft_task}")')
+    await page.locator("section", has=page.locator("#jobs-title")).screenshot(
+        path=str(screenshots / "dashboard-jobs.png")
     )
     assert watched.errors == []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -23,6 +23,7 @@ from floodway.core.errors import (
 from floodway.core.outcome import Completion
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Lane, NewTask, Task
+from floodway.core.tiers import LineResult
 from floodway.store.base import (
     ClaimParams,
     ReadyQuery,
@@ -35,6 +36,7 @@ from floodway.store.base import (
 from floodway.store.postgres import PostgresStore
 from floodway.store.queries import load_migrations, load_queries
 from floodway.store.sqlite import SqliteStore
+from floodway.store.tier_records import TierRecords
 
 from .conftest import PG_URL, Backend
 
@@ -645,18 +647,20 @@ async def test_park_frees_the_lease_until_the_poll_is_due(store: Store) -> None:
     assert (await load(store, t.id)).poll_attempts == 1
 
 
-async def test_hasten_parked_brings_a_kind_s_late_polls_forward_only(store: Store) -> None:
-    late, soon = await run_one(store), await run_one(store)
+async def test_hasten_parked_makes_a_kind_s_old_enough_polls_due(store: Store) -> None:
+    late, due = await run_one(store), await run_one(store)
+    young = await run_one(store, now=NOW + 8)
     other = await run_one(store, kind="other")
-    for t, at in ((late, NOW + 50), (soon, NOW + 10.5), (other, NOW + 50)):
-        assert await store.park(t.id, "tok-1", "job", at, NOW + 1)
-    # At NOW + 10 the jobs are 10 s old: due within 0.13 x 10 s, no later.
-    assert await store.hasten_parked("echo", 0.13, NOW + 10) == 1
-    assert (await load(store, late.id)).next_attempt_at == pytest.approx(NOW + 11.3)
-    assert (await load(store, soon.id)).next_attempt_at == NOW + 10.5  # sooner already
-    assert (await load(store, other.id)).next_attempt_at == NOW + 50  # another kind
-    (woken,) = await store.claim_parked(ClaimParams("p", "tok-p", KINDS, 1, NOW + 10.5, 30))
-    assert woken.id == soon.id and await store.hasten_parked("echo", 0.13, NOW + 10) == 0
+    for t, at in ((late, NOW + 50), (due, NOW + 9), (young, NOW + 50), (other, NOW + 50)):
+        assert await store.park(t.id, "tok-1", "job", at, NOW + 8)
+    # At NOW + 10, jobs at least 5 s old: the late one is due now; the one due already, the
+    # one 2 s old and another kind's keep their polls.
+    assert await store.hasten_parked("echo", 5.0, NOW + 10) == 1
+    assert (await load(store, late.id)).next_attempt_at == NOW + 10
+    assert (await load(store, due.id)).next_attempt_at == NOW + 9
+    assert (await load(store, young.id)).next_attempt_at == NOW + 50
+    assert (await load(store, other.id)).next_attempt_at == NOW + 50
+    assert await store.hasten_parked("echo", 5.0, NOW + 10) == 0
 
 
 async def test_a_cancel_makes_a_parked_task_s_poll_due_at_once(store: Store) -> None:
@@ -821,6 +825,13 @@ async def test_purge_clears_results_then_rows_then_keys(store: Store) -> None:
     assert await store.get(live.id) is not None
     again = (await store.submit([task(request_key="k", request_hash="h")], NOW + 2000))[0]
     assert not again.reused
+
+
+async def test_the_first_server_key_stored_is_the_one_every_process_gets(store: Store) -> None:
+    first = await store.server_key("cursors", "aa" * 64)
+    again = await store.server_key("cursors", "bb" * 64)  # another process, its own guess
+    assert first == again == "aa" * 64
+    assert await store.server_key("other", "cc") == "cc"
 
 
 async def test_try_lead_elects_one_leader_until_its_lease_ends(store: Store) -> None:
@@ -1154,3 +1165,27 @@ async def test_batch_counts_per_status_scoped_to_the_tenant(store: Store) -> Non
     assert sum((await store.batch_counts("b1", None)).values()) == 3
     assert await store.batch_counts("b1", "other-tenant") == {}
     assert await store.batch_counts("nope", None) == {}
+
+
+async def test_a_batch_lines_answer_expires_with_results_and_a_queued_line_stays(
+    store: Store,
+) -> None:
+    records = cast(TierRecords, store)
+    body: dict[str, object] = {"model": "m", "messages": []}
+    await records.add_line("t-answered", "chat", "m", body, None, NOW)
+    await records.add_line("t-queued", "chat", "m", {**body, "n": 2}, None, NOW)
+    batch = await records.pack("chat", "m", 1, NOW)
+    assert batch is not None
+    await records.sent(batch.id, "batch_up", NOW)
+    answered = LineResult("t-answered", True, {"ok": 1}, 3, 4)
+    await records.end_batch(batch.id, [answered], NOW + 1)
+    line = await records.get_line("t-answered")
+    assert line is not None and (line.state, line.result, line.input_tokens) == (
+        "done",
+        {"ok": 1},
+        3,
+    )
+    await store.purge(Retention(NOW + 50, result_ttl_s=10, row_ttl_s=1000))
+    assert await records.get_line("t-answered") is None
+    assert (await records.get_line("t-queued")) is not None
+    assert await records.open_batches() == []

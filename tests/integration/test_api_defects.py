@@ -36,9 +36,11 @@ async def test_callbacks_are_delivered_when_the_api_runs_no_workers(
 ) -> None:
     """``floodway api`` + ``floodway worker``: the worker's maintenance delivers them."""
     database = f"sqlite:///{tmp_path}/split.db"
-    api_side = Floodway(settings=Settings(database=database))
+    # the receiver listens on loopback, which only a listed host may be
+    local = ApiConfig(callback_hosts=["127.0.0.1"])
+    api_side = Floodway(settings=Settings(database=database, api=local))
     api_side.kind("sim")(SimulatedProvider().handler)
-    worker_side = Floodway(settings=Settings(database=database))
+    worker_side = Floodway(settings=Settings(database=database, api=local))
     worker_side.kind("sim")(SimulatedProvider().handler)
     receiver = Receiver()
     hook = await serve_receiver(api_stack, receiver)
@@ -179,7 +181,7 @@ async def test_a_nul_on_postgres_is_bad_input_not_an_outage(
             url = await stack.enter_async_context(serving(create_app(fw)))
             async with httpx.AsyncClient(base_url=url) as http:
                 answer = await http.get(path)
-    assert answer.status_code in (404, 422), answer.text
+    assert answer.status_code in (400, 404, 422), answer.text
     assert "retry-after" not in answer.headers
 
 

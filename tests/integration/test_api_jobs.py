@@ -14,7 +14,12 @@ import pytest
 
 from floodway import Context, FatalError
 from tests.integration.conftest import StartApi, eventually
-from tests.integration.test_api_webhooks_out import Receiver, serve_receiver, verify
+from tests.integration.test_api_webhooks_out import (
+    LOCAL_RECEIVERS,
+    Receiver,
+    serve_receiver,
+    verify,
+)
 from tests.unit.test_jobs_model import INVALID
 
 PROBLEM = "urn:floodway:problem:"
@@ -198,7 +203,9 @@ async def test_a_jobs_callback_is_called_once_at_its_end(
 ) -> None:
     receiver = Receiver(failures=1)
     url = await serve_receiver(api_stack, receiver)
-    api = await start_api(keys={"k-acme": "acme"}, handlers=handlers(Counter(), set()))
+    api = await start_api(
+        keys={"k-acme": "acme"}, handlers=handlers(Counter(), set()), api=LOCAL_RECEIVERS
+    )
     http = await api.client("k-acme")
     body = {**JOB, "callback_url": url}
     job = (await http.post("/v1/jobs", json=body)).json()

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
 from floodway import Floodway
+from floodway.api import create_app, serving
 from tests.integration.conftest import ApiServer, StartApi
 
 PROBLEM = "application/problem+json"
@@ -62,7 +67,9 @@ async def test_floodway_errors_map_to_problems(start_api: StartApi) -> None:
     unknown = assert_problem(
         await http.post("/v1/tasks", json={"kind": "nope", "input": {}}), 422, "unknown-kind"
     )
-    assert unknown["kind"] == "nope"
+    assert unknown["kind"] == "nope" and unknown["known_kinds"] == ["priced", "sim"]
+    near = (await http.post("/v1/tasks", json={"kind": "simm", "input": {}})).json()
+    assert "did you mean 'sim'?" in near["detail"]
     # The kind's cost function chokes on this input: the caller's error, not a 500.
     assert_problem(
         await http.post("/v1/tasks", json={"kind": "priced", "input": {"no_text": 1}}),
@@ -145,3 +152,53 @@ async def test_an_unexpected_exception_is_a_500_problem(start_api: StartApi) -> 
     problem = assert_problem(await http.get("/boom"), 500, "internal-error")
     assert "a bug" not in problem["detail"]  # internals stay in the log
     assert (await http.get("/healthz")).status_code == 200  # and the server keeps serving
+
+
+async def raw_request(url: str, head: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``head`` as it is (no client would send a control character in a header)."""
+    host, port = httpx.URL(url).host, httpx.URL(url).port
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(head)
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    status_line, _, rest = answer.partition(b"\r\n")
+    header_block, _, body = rest.partition(b"\r\n\r\n")
+    headers = dict(
+        line.decode().lower().split(": ", 1) for line in header_block.split(b"\r\n") if line
+    )
+    return int(status_line.split()[1]), headers, body
+
+
+@pytest.mark.parametrize("path", ["/v1/tasks", "/openai/v1/chat/completions"])
+async def test_a_control_character_in_a_header_is_a_problem_not_plain_text(
+    api: ApiServer, path: str
+) -> None:
+    body = b'{"kind": "sim", "input": {}}'
+    head = (
+        (
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n"
+        ).encode()
+        + b"Idempotency-Key: a\x01b\r\n\r\n"
+        + body
+    )
+    status, headers, answer = await raw_request(api.url, head)
+    assert status == 400 and headers["content-type"] == PROBLEM
+    problem = json.loads(answer)
+    assert problem["type"] == "urn:floodway:problem:malformed-request"
+    assert "control character" in problem["detail"]
+    if path.startswith("/openai/"):  # what the official SDKs read
+        assert problem["error"]["type"] == "invalid_request_error"
+    assert await api.fw.list_tasks() == []
+
+
+async def test_a_server_with_no_kinds_says_so_in_its_422(tmp_path: Path) -> None:
+    fw = Floodway(database=f"sqlite:///{tmp_path}/empty.db")
+    async with (
+        serving(create_app(fw, run_workers=False)) as url,
+        httpx.AsyncClient(base_url=url) as http,
+    ):
+        answer = await http.post("/v1/tasks", json={"kind": "image", "input": {}})
+    problem = assert_problem(answer, 422, "unknown-kind")
+    assert "no kinds are configured" in problem["detail"] and "--config" in problem["detail"]

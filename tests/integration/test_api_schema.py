@@ -29,6 +29,10 @@ KEY = "schema-test-key"
 # in bytes is not something JSON Schema can state): an expected answer to valid and invalid
 # data alike. A job's steps form a graph (unique names, references to steps before, no cycle)
 # that JSON Schema cannot state: a schema-valid job may be refused with 422 naming its step.
+# A task's tier is one its kind offers (`tiers` in the kind's config), which one schema for every
+# kind cannot state: a schema-valid tier may be refused with 422 naming the kind's tiers.
+# A page cursor is sealed (floodway/wire/cursors.py): a string of any shape is one only if
+# this server gave it to this tenant, so a schema-valid ?after= may be refused with 400.
 # The rest are schemathesis's defaults.
 CONFIG = SchemathesisConfig.from_str(
     """
@@ -38,8 +42,12 @@ expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "413", "429", "5x
 expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422",
                      "428", "429", "5xx"]
 [[operations]]
-include-name = "POST /v1/jobs"
+include-name = ["POST /v1/jobs", "POST /v1/tasks", "POST /v1/batches"]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "409", "413", "422",
+                                                     "429", "5xx"]
+[[operations]]
+include-name = ["GET /v1/tasks", "GET /v1/jobs"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "409", "413",
                                                      "429", "5xx"]
 """
 )

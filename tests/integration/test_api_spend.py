@@ -139,6 +139,9 @@ async def test_a_submit_past_the_budget_is_a_402_that_writes_nothing(
     assert problem["left"] in left
     assert problem["budget"] == 0.01 and problem["tenant"] == "b"
     assert problem["resets_at"].endswith("00:00:00+00:00")
+    # what the CLI prints of it: when it resets, and where the budget is set
+    assert f"resets at {problem['resets_at']}" in problem["detail"]
+    assert "[tenants.b] budget" in problem["detail"]
     assert int(second.headers["retry-after"]) > 0
     assert len(await fw.list_tasks()) == 1
     (budget,) = view["budgets"]

@@ -169,9 +169,13 @@ async def test_list_filters_and_pages_with_an_opaque_cursor(start_api: StartApi)
     none = (await http.get("/v1/tasks", params={"status": "succeeded"})).json()
     assert none == {"items": [], "next": None}
 
-    for bad in ({"after": "not-a-cursor"}, {"status": "sleeping"}, {"limit": 0}):
+    for bad, status in (
+        ({"after": "not-a-cursor"}, 400),
+        ({"status": "sleeping"}, 422),
+        ({"limit": 0}, 422),
+    ):
         resp = await http.get("/v1/tasks", params=bad)
-        assert resp.status_code == 422, bad
+        assert resp.status_code == status, bad
         assert resp.headers["content-type"] == "application/problem+json"
 
 
@@ -291,3 +295,26 @@ async def test_events_are_woken_by_the_change_not_by_a_timer(start_api: StartApi
         rest = [line async for line in lines]
     assert any('"status":"cancelled"' in line for line in rest)
     assert (await server.fw.get(task["id"])).status is Status.CANCELLED
+
+
+async def test_a_cursor_is_good_only_for_the_tenant_it_was_given_to(start_api: StartApi) -> None:
+    """A cursor is sealed (the global sequence would tell a tenant how many tasks all tenants
+    made between two of its pages) and tied to its tenant: another tenant's is a 400."""
+    server = await start_api(keys={"key-a": "a", "key-b": "b"}, run_workers=False)
+    a, b = await server.client("key-a"), await server.client("key-b")
+    for n in range(3):
+        await a.post("/v1/tasks", json={"kind": "sim", "input": {"n": n}})
+    first = (await a.get("/v1/tasks", params={"limit": 1})).json()["next"]
+    for n in range(20):
+        await b.post("/v1/tasks", json={"kind": "sim", "input": {"n": n}})
+    second = (await a.get("/v1/tasks", params={"limit": 1, "after": first})).json()["next"]
+    assert first != second and len(first) == len(second)
+
+    foreign = await b.get("/v1/tasks", params={"after": first})
+    assert foreign.status_code == 400
+    assert foreign.headers["content-type"] == "application/problem+json"
+    problem = foreign.json()
+    assert problem["type"].endswith(":invalid-cursor") and "per tenant" in problem["detail"]
+    forged = first[:-2] + ("AA" if first[-2:] != "AA" else "BB")
+    assert (await a.get("/v1/tasks", params={"after": forged})).status_code == 400
+    assert (await a.get("/v1/tasks", params={"after": "c1-5"})).status_code == 400

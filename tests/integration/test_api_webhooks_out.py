@@ -12,6 +12,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from fastapi import FastAPI, Request, Response
 
 from floodway.api import serving
@@ -40,6 +41,10 @@ class Receiver:
         return app
 
 
+#: the receivers of these tests listen on loopback, which only a listed host may be
+LOCAL_RECEIVERS = {"callback_hosts": ["127.0.0.1"]}
+
+
 async def serve_receiver(stack: AsyncExitStack, receiver: Receiver) -> str:
     return await stack.enter_async_context(serving(receiver.app())) + "/hook"
 
@@ -59,7 +64,7 @@ async def test_callback_is_signed_and_retried_until_delivered(
 ) -> None:
     receiver = Receiver(failures=2)
     url = await serve_receiver(api_stack, receiver)
-    server = await start_api(keys={"key-a": "tenant-a"})
+    server = await start_api(keys={"key-a": "tenant-a"}, api=LOCAL_RECEIVERS)
     http = await server.client("key-a")
     task = (
         await http.post("/v1/tasks", json={"kind": "sim", "input": {"x": 1}, "callback_url": url})
@@ -88,7 +93,7 @@ async def test_a_receiver_that_never_answers_is_given_up(
 ) -> None:
     receiver = Receiver(failures=10**6)
     url = await serve_receiver(api_stack, receiver)
-    server = await start_api()
+    server = await start_api(api=LOCAL_RECEIVERS)
     http = await server.client()
     task = (
         await http.post("/v1/tasks", json={"kind": "sim", "input": {}, "callback_url": url})
@@ -132,3 +137,48 @@ async def test_callback_hosts_keeps_the_outbox_off_hosts_nobody_named(
     also = {"kind": "sim", "input": {"n": 3}, "callback_url": "https://A.Hooks.Example/x"}
     assert (await http.post("/v1/tasks", json=also)).status_code == 202
     await asyncio.wait_for(receiver.got_one.wait(), 20)
+
+
+@pytest.mark.parametrize(
+    ("url", "what"),
+    [
+        ("http://127.0.0.1:8080/admin", "loopback"),
+        ("http://[::1]/x", "loopback"),
+        ("http://169.254.169.254/latest/meta-data", "link-local"),
+        ("http://10.1.2.3/x", "private"),
+        ("http://192.168.0.10/x", "private"),
+        ("http://100.64.0.1/x", "carrier-grade NAT"),
+        ("http://0.0.0.0:5432/x", "unspecified"),
+        ("http://224.0.0.1/x", "multicast"),
+    ],
+)
+async def test_a_literal_internal_address_is_refused_at_submit_by_default(
+    api: ApiServer, url: str, what: str
+) -> None:
+    http = await api.client()
+    resp = await http.post("/v1/tasks", json={"kind": "sim", "input": {}, "callback_url": url})
+    assert resp.status_code == 422, resp.text
+    assert resp.headers["content-type"] == "application/problem+json"
+    detail = resp.json()["detail"]
+    assert what in detail and "api.callback_hosts" in detail
+    assert await api.fw.list_tasks() == []
+
+
+async def test_a_name_that_resolves_inside_is_never_called(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    """``localhost`` passes the submit (a name), and the delivery refuses it after resolving."""
+    receiver = Receiver()
+    url = (await serve_receiver(api_stack, receiver)).replace("127.0.0.1", "localhost")
+    server = await start_api()
+    http = await server.client()
+    task = (
+        await http.post("/v1/tasks", json={"kind": "sim", "input": {}, "callback_url": url})
+    ).json()
+
+    async def attempted() -> bool:
+        return (await server.fw.get(task["id"])).callback_attempts >= 1
+
+    await eventually(attempted)
+    assert receiver.calls == []
+    assert (await server.fw.get(task["id"])).callback_state == "pending"  # retried, DNS may move

@@ -168,8 +168,8 @@ def kind_handlers(provider: ChargingProvider, fw: Floodway) -> None:
             name,
             resource="api",
             max_attempts=2,
-            deadline_s=None,
-            timeout_s=TIMEOUT_S,
+            deadline=None,
+            timeout=TIMEOUT_S,
             share="global" if behaviour.share == "global" else "tenant",
             idempotent=behaviour.honours_keys,
             lookup=provider.look_up if behaviour.lookup else None,
@@ -199,11 +199,11 @@ def declare_job_kind(provider: ChargingProvider, fw: Floodway, name: str) -> Non
         name,
         resource="api",
         max_attempts=3,
-        deadline_s=None,
-        timeout_s=TIMEOUT_S,
+        deadline=None,
+        timeout=TIMEOUT_S,
         idempotent=True,
         poll=poll,
-        poll_after_s=CALL_S / 2,
+        poll_after=CALL_S / 2,
     )(handler)
 
 

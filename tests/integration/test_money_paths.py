@@ -285,7 +285,7 @@ async def test_a_restart_holds_the_slot_of_a_dead_letters_call_still_running(
     def process() -> Floodway:
         settings = Settings(database=db_url, resources={"api": {"concurrency": 1}})
         fw = Floodway(settings=settings, clock=clock)
-        fw.kind("img", resource="api", max_attempts=1, idempotent=True, timeout_s=60)(handler)
+        fw.kind("img", resource="api", max_attempts=1, idempotent=True, timeout=60)(handler)
         return fw
 
     first = process()

@@ -171,6 +171,34 @@ async def test_refusals_come_in_openais_error_shape(
     assert front.fake.billed == []
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/chat/completions", b'{"model": "gpt-4o", "messages": [], "max_tokens": 1e30}'),
+        (
+            "/chat/completions",
+            b'{"model": "gpt-4o", "messages": [], "max_tokens": 1' + b"0" * 30 + b"}",
+        ),
+        ("/chat/completions", b'{"model": "gpt-4o", "messages": [], "max_completion_tokens": -1}'),
+        ("/images/generations", b'{"model": "dall-e-3", "prompt": "x", "n": 1e30}'),
+    ],
+)
+async def test_a_count_out_of_range_is_refused_before_anything_runs(
+    start_api: StartApi, api_stack: AsyncExitStack, path: str, body: bytes
+) -> None:
+    """max_tokens = 1e30 was accepted and run: a count is a whole number within 32 bits."""
+    front = await start_front(start_api, api_stack)
+    http = await front.server.client("key-a")
+    answer = await http.post(
+        "/openai/v1" + path, content=body, headers={"content-type": "application/json"}
+    )
+    assert answer.status_code == 422, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    error = answer.json()["error"]
+    assert "whole number from 0 to" in error["message"] and error["type"] == "invalid_request_error"
+    assert await front.server.fw.list_tasks() == [] and front.fake.billed == []
+
+
 BAD_REQUESTS = [
     ("POST", "/openai/v1/chat/completions", {"messages": []}),
     ("POST", "/openai/v1/chat/completions", {"model": 5, "messages": []}),

@@ -217,6 +217,12 @@ async def test_bad_uploads_and_batches_are_refused_with_what_is_wrong(
     with pytest.raises(openai.BadRequestError) as not_json:
         await client.files.create(file=("x.jsonl", b'{"custom_id": "a"}\nnope\n'), purpose="batch")
     assert "line 2" in not_json.value.message
+    for constant in (b"NaN", b"Infinity", b"-Infinity"):
+        line = b'{"custom_id": "a", "body": {"temperature": ' + constant + b"}}\n"
+        with pytest.raises(openai.BadRequestError) as nan:
+            await client.files.create(file=("x.jsonl", line), purpose="batch")
+        assert "line 1 holds" in nan.value.message and constant.decode() in nan.value.message
+    assert (await client.files.list()).data == []  # nothing was stored
     deep = b'{"custom_id": "a", "body": ' + b"[" * 5000 + b"]" * 5000 + b"}\n"
     with pytest.raises(openai.BadRequestError) as too_deep:
         await client.files.create(file=("x.jsonl", deep), purpose="batch")

@@ -69,7 +69,7 @@ class Rig:
 
     async def queued(self, n: int) -> None:
         """Until ``n`` lines wait in the ledger (the worker parks each task on its line)."""
-        for _ in range(2000):
+        for _ in range(6000):  # a minute at most, on a loaded machine
             pools = await self.fw.runtime.tier_records.pools()
             if sum(p.lines for p in pools) >= n:
                 return
@@ -257,3 +257,21 @@ async def test_flex_calls_bill_at_the_batch_price_and_fall_back_to_sync_when_the
                  + usage["completion_tokens"] * PRICE["output_per_1m"]) / 1e6 * 0.5  # fmt: skip
     assert abs(line.tier_saved - flex_cost) < 1e-12  # only the flex call saved anything
     assert line.calls == 2
+
+
+async def test_a_task_cancelled_while_its_line_waits_to_be_packed_is_never_sent(
+    db_url: str, clock: FakeClock
+) -> None:
+    async with rig(db_url, clock, hold_s=60, batch_max_age="10m") as r:
+        first, second = await r.fw.submit_many("chat", chats(2), deadline_s=12 * HOUR)
+        await r.queued(2)
+        for _ in range(6000):  # parked on its line (a minute at most)
+            if (await r.fw.get(first.id)).parked:
+                break
+            await asyncio.sleep(0.01)
+        await r.fw.cancel(first.id)
+        await r.step(1)  # its poll, made due by the cancel, takes its line out
+        done = await r.run_until_done([first, second], step_s=60, steps=100)
+        ledger = await r.ledger()
+    assert [t.status for t in done] == [Status.CANCELLED, Status.SUCCEEDED]
+    assert ledger["batch"]["custom_ids"] == [second.id] and ledger["total"] == 0

@@ -371,9 +371,7 @@ async def test_a_job_given_up_on_keeps_its_provider_slot_while_it_may_run(
     # a poll at the deadline itself (the poller gives up) or long after it (the sweeper does)
     first_poll = 1.0 if end == "poll_deadline" else 100.0
 
-    @fw.kind(
-        "gen", resource="gpu", deadline_s=None, timeout_s=40, poll=poll, poll_after_s=first_poll
-    )
+    @fw.kind("gen", resource="gpu", deadline=None, timeout=40, poll=poll, poll_after=first_poll)
     async def gen(ctx: Context, value: Any) -> Parked:
         nonlocal peak
         jobs[ctx.work_key] = clock.now() + 30  # no way to cancel it: it runs its 30 s
@@ -427,7 +425,7 @@ async def test_a_restart_holds_the_slots_of_jobs_still_running_upstream(
         async def poll(ctx: Context, ref: str) -> tuple[str, Any]:
             return ("done", {"job": ref}) if jobs[ref] <= clock.now() else ("running", None)
 
-        @fw.kind("gen", resource="gpu", deadline_s=None, timeout_s=40, poll=poll, poll_after_s=5)
+        @fw.kind("gen", resource="gpu", deadline=None, timeout=40, poll=poll, poll_after=5)
         async def gen(ctx: Context, value: Any) -> Parked:
             nonlocal peak
             jobs.setdefault(ctx.work_key, clock.now() + 30)  # it cannot be cancelled

@@ -76,7 +76,9 @@ def test_missing_and_broken_files(tmp_path: Path) -> None:
 def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLOODWAY_DATABASE", "sqlite:///from-env.db")
     monkeypatch.setenv("FLOODWAY_RESOURCES__LLM__CONCURRENCY", "7")
-    s = load_settings(write(tmp_path, 'database = "sqlite:///file.db"\n'))
+    s = load_settings(
+        write(tmp_path, 'database = "sqlite:///file.db"\n[resources.llm]\nconcurrency = 2\n')
+    )
     assert s.database == "sqlite:///from-env.db"
     assert s.resources["llm"].concurrency == 7
     # explicit flags beat both
@@ -91,3 +93,56 @@ def test_durations_and_rates() -> None:
         parse_duration("-1s")
     with pytest.raises(ValueError):
         parse_rate("0/s")
+
+
+@pytest.mark.parametrize(
+    ("variable", "expected"),
+    [
+        # the README's resource is image-api: a variable cannot spell it, and made a new one
+        ("FLOODWAY_RESOURCES__IMAGE_API__CONCURRENCY", "resource 'image_api', which"),
+        ("FLOODWAY_KINDS__CHAT__MAX_ATTEMPTS", "kind 'chat'"),
+        ("FLOODWAY_TENANTS__ACME__BUDGET__AMOUNT", "tenant 'acme'"),
+        ("FLOODWAY_API__NOPE", "api.nope is not a setting"),
+        ("FLOODWAY_WORKER__CONCURENCY", "did you mean 'concurrency'"),
+        ("FLOODWAY_RESOURCE__IMAGE_API__CONCURRENCY", "did you mean 'resources'"),
+        ("FLOODWAY_RESOURCES__LLM__CONCURENCY", "did you mean 'concurrency'"),
+    ],
+)
+def test_an_override_that_names_nothing_in_the_file_is_refused_naming_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, expected: str
+) -> None:
+    path = write(tmp_path, "[resources.image-api]\nconcurrency = 10\n[resources.llm]\n")
+    monkeypatch.setenv(variable, "2")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(path)
+    assert variable in str(refused.value) and expected in str(refused.value)
+
+
+def test_a_resource_name_a_variable_can_spell_is_offered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOODWAY_RESOURCES__IMAGE_API__CONCURRENCY", "2")
+    with pytest.raises(ConfigError, match="did you mean 'image-api'"):
+        load_settings(write(tmp_path, "[resources.image-api]\nconcurrency = 10\n"))
+    s = load_settings(write(tmp_path, "[resources.image_api]\nconcurrency = 10\n"))
+    assert s.resources["image_api"].concurrency == 2
+
+
+def test_the_cli_s_own_variables_are_not_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOODWAY_URL", "http://127.0.0.1:8000")
+    monkeypatch.setenv("FLOODWAY_API_KEY", "key-a")
+    assert load_settings(write(tmp_path, "")).database
+
+
+def test_a_near_miss_key_in_the_file_is_offered_and_a_bad_value_names_its_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ConfigError, match=r"worker\.concurency: unknown key \(did you mean"):
+        load_settings(write(tmp_path, "[worker]\nconcurency = 2\n"))
+    with pytest.raises(ConfigError, match=r"resources\.llm\.headrom: unknown key \(did you"):
+        load_settings(write(tmp_path, "[resources.llm]\nheadrom = 0.9\n"))
+    monkeypatch.setenv("FLOODWAY_WORKER__CONCURRENCY", "many")
+    with pytest.raises(ConfigError, match="the value of FLOODWAY_WORKER__CONCURRENCY"):
+        load_settings(write(tmp_path, ""))

@@ -15,7 +15,7 @@ from floodway.core.upstream import PollSchedule
 def test_nothing_known_the_default_first_poll_then_the_cold_gaps_apply() -> None:
     schedule = PollSchedule(first_s=1.0, durations=JobDurations())
     assert schedule.first_delay() == 1.0
-    assert 0.45 < schedule.next_delay(1.0, 1, random.Random(1)) <= 0.6  # cold: 0.6 x the age
+    assert 0.45 < schedule.next_delay(1.0, 1, random.Random(1)) <= 0.65  # cold: 0.65 x the age
     assert schedule.observe(0.0, 2.0)  # the first finished: the parked ones are due sooner
     assert not schedule.observe(0.0, 2.1)
     assert schedule.next_delay(3.0, 1, random.Random(1)) <= 0.13 * 3
@@ -67,8 +67,8 @@ def first_batch(seed: int, jobs: int = 100) -> tuple[float, float]:
             due.append((now + schedule.next_delay(now, polls[j], rng), j))
             continue
         lags.append((now - ends[j]) / ends[j])
-        if schedule.observe(0.0, now):
-            due = [(min(at, now + schedule.ratio * now), k) for at, k in due]
+        if schedule.observe(0.0, now):  # every job started at 0: all as old, all due now
+            due = [(min(at, now), k) for at, k in due]
     lags.sort()
     return sum(polls) / jobs, lags[math.ceil(0.95 * jobs) - 1]
 

@@ -100,12 +100,18 @@ def test_poison_after_three_invalid_outputs() -> None:
     assert third.error.cls is ErrorClass.POISON
 
 
-def test_classify_timeouts_and_connections_retryable_rest_fatal() -> None:
+def test_classify_timeouts_connections_and_the_unexpected_retryable() -> None:
     policy = RetryPolicy()
     assert policy.classify(TimeoutError()).error.cls is ErrorClass.RETRYABLE
     assert policy.classify(httpx.ConnectError("x")).error.cls is ErrorClass.RETRYABLE
     assert policy.classify(ConnectionResetError()).error.cls is ErrorClass.RETRYABLE
-    assert policy.classify(KeyError("bug")).error.cls is ErrorClass.FATAL
+    bug = policy.classify(KeyError("bug")).error
+    assert (bug.cls, bug.type, bug.message) == (
+        ErrorClass.RETRYABLE,
+        "unexpected",
+        "KeyError: 'bug'",
+    )
+    assert policy.classify(FatalError("no")).error.cls is ErrorClass.FATAL
 
 
 def test_success_and_cancel_writes() -> None:

@@ -87,14 +87,18 @@ def test_a_wrong_key_in_a_tenant_section_names_it(tmp_path: Path) -> None:
 def test_the_examples_of_docs_spend_md_load(tmp_path: Path) -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "spend.md").read_text()
     blocks = re.findall(r"```toml\n(.*?)```", text, re.DOTALL)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     loaded = []
     for number, block in enumerate(blocks):
         path = tmp_path / f"example-{number}.toml"
         path.write_text(block)
         loaded.append(Pricing(load_settings(path)))
-    prices, budgets = loaded
+    prices, tiers, budgets = loaded
     assert prices.price_of("summarize", "llm") == Price(0.15, 0.6, 0.0, 0.0)
+    batch = Price(0.15, 0.6).on("batch")
+    assert (batch.input_per_1m, batch.output_per_1m) == (0.075, 0.3)
+    assert tiers.price_of("describe", None) == Price(0.15, 0.6)
+    assert tiers.settings.kinds["describe"].tiers == ["sync", "flex", "batch"]
     assert prices.price_of("images", None) == Price(per_image=0.04)
     assert budgets.budget_of("acme") == Budget(500.0, 30 * 86400.0)
     assert budgets.budget_of("anyone") == Budget(50.0, 86400.0)

@@ -67,13 +67,13 @@ def test_terminal_states_leave_only_by_hand() -> None:
 def test_a_refused_retry_or_cancel_says_what_it_takes() -> None:
     with pytest.raises(
         IllegalTransition,
-        match=r"cannot retry a task that is succeeded "
-        r"\(only failed, dead, timeout\)",
+        match=r"the task is already succeeded: nothing to retry "
+        r"\(only a task that is failed, dead, timeout can be\)",
     ):
         check_transition(Status.SUCCEEDED, Status.QUEUED, "retry")
     with pytest.raises(
         IllegalTransition,
-        match=r"cannot cancel a task that is deduped "
-        r"\(only queued, running, retrying\)",
+        match=r"the task is already deduped: nothing to cancel "
+        r"\(only a task that is queued, running, retrying can be\)",
     ):
         check_transition(Status.DEDUPED, Status.CANCELLED, "cancel")

@@ -15,7 +15,7 @@ from floodway.api.auth import Tenant
 from floodway.api.media import JSON_BODY, json_response
 from floodway.api.openapi import problems
 from floodway.api.routes.events import EVENT_STREAM
-from floodway.api.routes.tasks import checked_id, decode_cursor, encode_cursor
+from floodway.api.routes.tasks import checked_id, read_cursor
 from floodway.api.schemas import CALLBACK_URL_PATTERN, _In
 from floodway.api.state import ApiState, api_state
 from floodway.app import Floodway
@@ -30,7 +30,6 @@ from floodway.wire.tasks import timestamp
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 State = Annotated[ApiState, Depends(api_state)]
-_CURSOR_PATTERN = r"^c1-[0-9a-f]{1,15}$"
 
 
 class StepIn(BaseModel):
@@ -131,7 +130,11 @@ async def submit_job(body: JobIn, tenant: Tenant, state: State) -> Response:
     return json_response(job_json(*written), 202)
 
 
-@router.get("", response_model=JobPage, summary="List jobs", responses=problems(401, 422))
+#: the name of this list in its cursors
+LISTING = "jobs"
+
+
+@router.get("", response_model=JobPage, summary="List jobs", responses=problems(400, 401, 422))
 async def list_jobs(
     tenant: Tenant,
     state: State,
@@ -143,16 +146,17 @@ async def list_jobs(
     after: Annotated[
         str | None,
         Query(
-            pattern=_CURSOR_PATTERN,
+            max_length=200,
             description="a page's `next` cursor (pass the same `order` with it)",
         ),
     ] = None,
 ) -> JobPage:
     """The caller's jobs, one page at a time (keyset pagination)."""
+    cursors = await state.cursors()
     found = await state.fw.list_jobs(
         tenant=tenant,
         status=status,
-        after_seq=decode_cursor(after) if after else None,
+        after_seq=read_cursor(cursors, tenant, after, LISTING) if after else None,
         limit=limit + 1,
         descending=order == "desc",
     )
@@ -160,7 +164,7 @@ async def list_jobs(
     more = len(found) > limit
     return JobPage(
         items=[_summary(j) for j in page],
-        next=encode_cursor(page[-1].seq) if more and page else None,
+        next=cursors.encode(tenant, LISTING, page[-1].seq) if more and page else None,
     )
 
 

@@ -77,7 +77,9 @@ async def stats_snapshot(state: ApiState, tenant: str | None = None) -> StatsOut
         retries=window.retries(),
         retrying=counts.by_status.get("retrying", 0),
         dead_letters=counts.by_status.get("dead", 0),
-        resources=snapshots if tenant is None else tenant_resources(fw, tenant, counts, snapshots),
+        resources=snapshots
+        if tenant is None
+        else tenant_resources(fw.runtime.kinds, tenant, counts, snapshots),
         caps={} if tenant is None else tenant_caps(state.settings, counts),
         upstream=fw.runtime.upstream_counts.as_dict() if tenant is None else {},
         spend=_spend_total(await fw.spend(SpendQuery(since=0.0, tenant=tenant))),

@@ -14,12 +14,14 @@ from floodway.api.auth import Tenant, caller_of
 from floodway.api.direct import body_value, json_payload, validate
 from floodway.api.media import json_response, require_json
 from floodway.api.openapi import problems, submit_route
+from floodway.api.problems import ApiProblem
 from floodway.api.schemas import SubmitIn, SubmitOut, TaskPage
 from floodway.api.state import ApiState, api_state
-from floodway.core.errors import InvalidInput, TaskNotFound
+from floodway.core.errors import TaskNotFound
 from floodway.core.states import Status
 from floodway.core.task import Lane
 from floodway.store.base import TaskQuery
+from floodway.wire.cursors import CursorRefused, Cursors
 from floodway.wire.tasks import TaskOut, task_json, task_out
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
@@ -39,11 +41,8 @@ _KEY = TypeAdapter(Annotated[str, StringConstraints(**_KEY_LENGTH)])
 _SUBMIT = TypeAdapter(SubmitIn)
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_CURSOR_PREFIX = "c1-"
-# 15 hex digits stay below 2**60, inside SQL's INTEGER; the pattern is also the documented
-# schema of ``after``, so every value it admits is a cursor we can read.
-_CURSOR_PATTERN = r"^c1-[0-9a-f]{1,15}$"
-_CURSOR = re.compile(_CURSOR_PATTERN)
+#: the name of this list in its cursors (a cursor of another list is refused)
+LISTING = "tasks"
 
 
 def checked_id(task_id: str) -> str:
@@ -53,15 +52,18 @@ def checked_id(task_id: str) -> str:
     return task_id
 
 
-def encode_cursor(seq: int) -> str:
-    """``next``: opaque to clients (its format may change), versioned for us."""
-    return f"{_CURSOR_PREFIX}{seq:x}"
-
-
-def decode_cursor(cursor: str) -> int:
-    if not _CURSOR.fullmatch(cursor):
-        raise InvalidInput("after: not a cursor this API returned (use the 'next' of a page)")
-    return int(cursor.removeprefix(_CURSOR_PREFIX), 16)
+def read_cursor(cursors: Cursors, tenant: str, cursor: str, listing: str = LISTING) -> int:
+    """The position of a page cursor (``?after=``) given to ``tenant`` for ``listing``."""
+    try:
+        return cursors.decode(tenant, listing, cursor)
+    except CursorRefused:
+        raise ApiProblem(
+            400,
+            "invalid-cursor",
+            "after: not a cursor this API gave this caller for this list (pass the 'next' of "
+            "a page you listed, with the same key: cursors are per tenant)",
+            param="after",
+        ) from None
 
 
 @router.post("", **submit_route(SubmitOut, "Submit a task", "the same task"))
@@ -97,7 +99,7 @@ async def submit_direct(request: Request) -> Response:
 DIRECT = {("POST", "/v1/tasks"): submit_direct}
 
 
-@router.get("", response_model=TaskPage, summary="List tasks", responses=problems(401, 422))
+@router.get("", response_model=TaskPage, summary="List tasks", responses=problems(400, 401, 422))
 async def list_tasks(
     tenant: Tenant,
     state: State,
@@ -115,14 +117,15 @@ async def list_tasks(
     after: Annotated[
         str | None,
         Query(
-            pattern=_CURSOR_PATTERN,
+            max_length=200,
             description="a page's `next` cursor (pass the same `order` with it)",
         ),
     ] = None,
 ) -> TaskPage:
     """The caller's tasks, oldest or newest first, one page at a time (keyset pagination:
     a page never repeats or skips a task that others insert meanwhile)."""
-    after_seq = decode_cursor(after) if after else None
+    cursors = await state.cursors()
+    after_seq = read_cursor(cursors, tenant, after) if after else None
     query = TaskQuery(
         tenant=tenant,
         status=status,
@@ -138,7 +141,7 @@ async def list_tasks(
     more = len(found) > limit
     return TaskPage(
         items=[task_out(t) for t in page],
-        next=encode_cursor(page[-1].seq) if more and page else None,
+        next=cursors.encode(tenant, LISTING, page[-1].seq) if more and page else None,
     )
 
 

@@ -8,7 +8,7 @@ import { LineChart } from "./chart.js";
 import { followEvents } from "./events.js";
 import { Poller, backoffDelay } from "./poller.js";
 import { History, STATUSES } from "./series.js";
-import { RETRYABLE, TERMINAL, TaskList, badge, refreshBatches, refreshWorkers, renderAttempts, renderKinds } from "./views.js";
+import { RETRYABLE, TERMINAL, TaskList, badge, refreshBatches, refreshJobs, refreshWorkers, renderAttempts, renderKinds, showJob } from "./views.js";
 
 const LISTS_REFRESH_MS = 5000; // the task list, batches and workers are re-read this often
 const DEAD_PAGE = 100; // rows shown
@@ -857,6 +857,12 @@ let lastSpend = null; // the spend panel's last answer, for the per-kind breakdo
 let listsReadAt = 0;
 let listsBusy = false;
 let taskList = null;
+let shownJob = null; // the job on show, read again with the lists
+
+function pickJob(id) {
+  shownJob = id;
+  showJob(id, openTask);
+}
 
 /** The task list's page, the batches and the workers, re-read beside the poll. */
 async function refreshLists(stats) {
@@ -865,7 +871,13 @@ async function refreshLists(stats) {
   listsBusy = true;
   listsReadAt = Date.now();
   try {
-    await Promise.all([taskList.refresh(), refreshBatches((id) => taskList.showBatch(id)), refreshWorkers(stats, openTask)]);
+    await Promise.all([
+      taskList.refresh(),
+      refreshBatches((id) => taskList.showBatch(id)),
+      refreshWorkers(stats, openTask),
+      refreshJobs(pickJob),
+    ]);
+    if (shownJob) await showJob(shownJob, openTask);
   } finally {
     listsBusy = false;
   }

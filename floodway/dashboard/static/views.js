@@ -79,6 +79,7 @@ export class TaskList {
 
   first() {
     this.cursors = [null];
+    message("tasks-message", ""); // a new list: what was said of the last one is done
     return this.page(0);
   }
 
@@ -93,7 +94,6 @@ export class TaskList {
       this.cursors = [...this.cursors.slice(0, index), after];
       this.next = page.next;
       this.render(page.items);
-      message("tasks-message", "");
     } catch (error) {
       if (error.status === 401) this.onAuth(error);
       message("tasks-message", `Could not list the tasks: ${problemText(error)}`, "error");
@@ -312,4 +312,65 @@ export function renderAttempts(events, node) {
     }),
   );
   node.hidden = runs.length === 0;
+}
+
+// -- jobs ----------------------------------------------------------------------------------
+/** The key's tenant's newest jobs; picking one shows it as its steps (GET /v1/jobs/{id}). */
+export async function refreshJobs(onPick) {
+  let page;
+  try {
+    page = await getJson("v1/jobs", { params: { order: "desc", limit: 20 } });
+  } catch (error) {
+    message("jobs-message", error.status === 404 ? "This server has no jobs API." : `Could not list the jobs: ${problemText(error)}`, "error");
+    return;
+  }
+  message("jobs-message", "");
+  const rows = page.items.map((job) => {
+    const open = h("button", { cls: "linklike mono", text: job.id, attrs: { type: "button", title: "Show this job's steps" } });
+    open.addEventListener("click", () => onPick(job.id));
+    return h("tr", { attrs: { "data-job-id": job.id, "data-status": job.status } }, [
+      h("td", {}, [open]),
+      h("td", {}, [badge(h("span"), job.status)]),
+      h("td", { text: job.steps.join(" → ") }),
+      h("td", { text: fmtAgo(job.created_at), title: fmtDate(job.created_at) }),
+    ]);
+  });
+  $("jobs-rows").replaceChildren(...rows);
+  $("jobs-table").hidden = rows.length === 0;
+  $("jobs-empty").hidden = rows.length > 0;
+}
+
+export async function showJob(jobId, onOpenTask) {
+  let job;
+  try {
+    job = await getJson(`v1/jobs/${encodeURIComponent(jobId)}`);
+  } catch (error) {
+    message("jobs-message", `Could not load job ${jobId}: ${problemText(error)}`, "error");
+    return;
+  }
+  $("job-title").textContent = job.id;
+  badge($("job-status"), job.status);
+  const p = job.progress;
+  $("job-progress").textContent = `${fmtInt(p.steps_done)} of ${fmtInt(p.steps)} steps done · ${fmtInt(p.tasks_done)} of ${fmtInt(p.tasks)} tasks`;
+  $("job-steps").replaceChildren(
+    ...job.steps.map((step) => {
+      const done = step.tasks.filter((t) => TERMINAL.has(t.status)).length;
+      const tasks = step.tasks.map((t) => {
+        const open = h("button", { cls: `linklike mono task-dot status-${t.status}`, text: t.id, title: `${t.status}${step.fans_out ? ` · item ${t.index}` : ""}`, attrs: { type: "button", "data-task-id": t.id } });
+        open.addEventListener("click", () => onOpenTask(t.id));
+        return h("li", {}, [badge(h("span"), t.status), open]);
+      });
+      return h("li", { cls: `job-step status-${step.status}`, attrs: { "data-step": step.name, "data-status": step.status } }, [
+        h("div", { cls: "job-step-head" }, [
+          h("strong", { text: step.name }),
+          badge(h("span"), step.status),
+          h("span", { cls: "muted", text: `${step.kind}${step.fans_out ? " · one task per item" : ""}${step.optional ? " · optional" : ""}` }),
+          h("span", { cls: "muted", text: step.after.length ? `after ${step.after.join(", ")}` : "first" }),
+          h("span", { cls: "muted", text: `${fmtInt(done)} / ${fmtInt(step.tasks.length)} tasks ended` }),
+        ]),
+        tasks.length ? h("ul", { cls: "job-tasks" }, tasks) : null,
+      ]);
+    }),
+  );
+  $("job-view").hidden = false;
 }

@@ -448,10 +448,9 @@ RETURNING *;
 SELECT min(next_attempt_at) AS at FROM tasks WHERE status = 'running' AND parked;
 
 -- name: hasten_parked
-UPDATE tasks
-SET next_attempt_at = %(now)s::float8 + %(ratio)s::float8 * (%(now)s::float8 - started_at)
-WHERE status = 'running' AND parked AND kind = %(kind)s AND started_at IS NOT NULL
-  AND next_attempt_at > %(now)s::float8 + %(ratio)s::float8 * (%(now)s::float8 - started_at);
+UPDATE tasks SET next_attempt_at = %(now)s
+WHERE status = 'running' AND parked AND kind = %(kind)s AND next_attempt_at > %(now)s
+  AND started_at <= %(now)s::float8 - %(older_than)s::float8;
 
 -- name: find_upstream
 SELECT * FROM tasks WHERE kind = %(kind)s AND upstream_ref = %(ref)s LIMIT 1;
@@ -753,6 +752,12 @@ WHERE id = %(id)s AND tenant = %(tenant)s AND finished_at IS NOT NULL;
 
 -- name: forget_stream
 DELETE FROM stream_events WHERE task_id = %(id)s;
+
+-- name: keep_server_key
+INSERT INTO server_keys (name, value) VALUES (%(name)s, %(value)s) ON CONFLICT (name) DO NOTHING;
+
+-- name: server_key
+SELECT value FROM server_keys WHERE name = %(name)s;
 
 -- The server's clock as it is now (not the transaction's start), for LedgerClock.
 -- name: server_time

@@ -73,3 +73,11 @@ UPDATE upstream_batches SET state = %(ended)s, ended_at = %(now)s WHERE id = %(i
 UPDATE tasks SET next_attempt_at = %(now)s
 WHERE id = ANY(%(ids)s::text[]) AND status = 'running' AND parked
   AND next_attempt_at > %(now)s;
+
+-- Ended lines expire with results ([retention] results): their tasks hold their answers.
+-- name: purge_lines
+DELETE FROM upstream_lines
+WHERE updated_at < %(before)s AND state = ANY(%(ended_states)s::text[]);
+
+-- name: purge_upstream_batches
+DELETE FROM upstream_batches WHERE state = %(ended)s AND ended_at < %(before)s;

@@ -291,9 +291,9 @@ RETURNING *;
 SELECT min(next_attempt_at) AS at FROM tasks WHERE status = 'running' AND parked = 1;
 
 -- name: hasten_parked
-UPDATE tasks SET next_attempt_at = :now + :ratio * (:now - started_at)
-WHERE status = 'running' AND parked = 1 AND kind = :kind AND started_at IS NOT NULL
-  AND next_attempt_at > :now + :ratio * (:now - started_at);
+UPDATE tasks SET next_attempt_at = :now
+WHERE status = 'running' AND parked = 1 AND kind = :kind AND next_attempt_at > :now
+  AND started_at <= :now - :older_than;
 
 -- name: find_upstream
 SELECT * FROM tasks WHERE kind = :kind AND upstream_ref = :ref LIMIT 1;
@@ -531,3 +531,9 @@ WHERE id = :id AND tenant = :tenant AND finished_at IS NOT NULL;
 
 -- name: forget_stream
 DELETE FROM stream_events WHERE task_id = :id;
+
+-- name: keep_server_key
+INSERT INTO server_keys (name, value) VALUES (:name, :value) ON CONFLICT (name) DO NOTHING;
+
+-- name: server_key
+SELECT value FROM server_keys WHERE name = :name;

@@ -73,3 +73,11 @@ UPDATE upstream_batches SET state = :ended, ended_at = :now WHERE id = :id;
 UPDATE tasks SET next_attempt_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'running' AND parked = 1
   AND next_attempt_at > :now;
+
+-- Ended lines expire with results ([retention] results): their tasks hold their answers.
+-- name: purge_lines
+DELETE FROM upstream_lines
+WHERE updated_at < :before AND state IN (SELECT value FROM json_each(:ended_states));
+
+-- name: purge_upstream_batches
+DELETE FROM upstream_batches WHERE state = :ended AND ended_at < :before;

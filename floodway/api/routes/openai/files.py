@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
@@ -46,6 +46,15 @@ def file_object(file: StoredFile) -> dict[str, Any]:
     }
 
 
+class _NotJson(Exception):
+    pass
+
+
+def _not_json(constant: str) -> NoReturn:
+    """``NaN``, ``Infinity`` and ``-Infinity``: Python's parser reads them, JSON has none."""
+    raise _NotJson(constant)
+
+
 def jsonl_lines(content: bytes, max_depth: int) -> list[tuple[int, dict[str, Any]]]:
     """(line number, object) of each non-blank line; a 400 naming the first bad line. A line
     is held to ``[api] max_json_depth`` as a JSON body is (before any parser recurses)."""
@@ -66,7 +75,16 @@ def jsonl_lines(content: bytes, max_depth: int) -> list[tuple[int, dict[str, Any
                 line=number,
             )
         try:
-            value = json.loads(line)
+            value = json.loads(line, parse_constant=_not_json)
+        except _NotJson as exc:
+            raise ApiProblem(
+                400,
+                "invalid-file",
+                f"line {number} holds {exc}, which JSON does not allow (Python's json.dumps "
+                "writes it unless allow_nan=False)",
+                param="file",
+                line=number,
+            ) from None
         except ValueError:
             raise ApiProblem(
                 400, "invalid-file", f"line {number} is not JSON", param="file", line=number
