@@ -485,7 +485,7 @@ async def test_graceful_stop_never_resends_to_a_provider_without_keys(fw: Floodw
     have ended."""
     started = asyncio.Event()
 
-    @fw.kind("video", timeout_s=30.0)
+    @fw.kind("video", timeout=30.0)
     async def long(ctx: Context, value: dict[str, Any]) -> None:
         started.set()
         await asyncio.Event().wait()

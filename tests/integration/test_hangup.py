@@ -60,8 +60,8 @@ async def running(
     **kind: object,
 ) -> AsyncIterator[Floodway]:
     fw = Floodway(settings=settings(database, cap=cap, budget=budget), clock=clock)
-    kind.setdefault("timeout_s", TIMEOUT_S)
-    fw.kind("gen", resource="api", deadline_s=None, **kind)(provider.call)  # type: ignore[arg-type]
+    kind.setdefault("timeout", TIMEOUT_S)
+    fw.kind("gen", resource="api", deadline=None, **kind)(provider.call)  # type: ignore[arg-type]
     try:
         async with fw.worker(concurrency=2 * cap, grace_s=0):
             yield fw
@@ -149,7 +149,7 @@ async def test_a_cancel_reads_the_running_call_to_its_end_and_records_its_bill(
     its end, its bill recorded and its answer kept; the slot is taken until then, so no queued
     task reaches the provider beside it."""
     provider = BillingProvider(clock, call_s=CALL_S, price=PRICE, cap=2)
-    async with running(database, clock, provider, cap=2, timeout_s=10.0) as fw:
+    async with running(database, clock, provider, cap=2, timeout=10.0) as fw:
         first = [await fw.submit("gen", {"i": i}) for i in range(2)]
         await settle()
         await run_for(clock, 1)
@@ -180,7 +180,7 @@ async def test_a_budget_cannot_be_walked_past_by_cancels_or_deadlines(
     provider = BillingProvider(clock, call_s=CALL_S, price=PRICE, cap=30)
     budget = 10 * PRICE
     deadline = 0.5 if how == "deadline" else None
-    async with running(database, clock, provider, cap=30, budget=budget, timeout_s=10.0) as fw:
+    async with running(database, clock, provider, cap=30, budget=budget, timeout=10.0) as fw:
         for round in range(3):
             accepted = []
             for i in range(20):
