@@ -1,6 +1,6 @@
 """Crash scenarios: a worker process SIGKILLed mid-batch and a new one started at once.
 
-    python -m bench.crash                     # C1 (3 runs) and C2 (5 runs per ledger)
+    python -m bench.crash                     # C1 (3 runs), C2 (5 per ledger), C3 (5 runs)
     python -m bench.crash --scenario C2       # one of them
     python -m bench.crash --quick             # smaller sizes, 1 run each
 
@@ -20,6 +20,17 @@ worker (default lease, 30 s) is SIGKILLed once 10 calls are in flight and a new 
 at once. Figure: seconds from the kill until every task the dead worker held is running again
 under the new worker, or terminal. floodway sees the death itself (the dead process's
 liveness lock is free), so this does not wait for the lease.
+
+C3: C1 against a provider that ignores Idempotency-Key and has no look-up (the simulator with
+``honor_idempotency_key = false``; the kind at floodway's default timeout, 60 s), SIGKILLed 3 s
+into the run and restarted at once. The calls the dead worker left can be neither resent nor
+looked up: their tasks fail ``interrupted`` and their slots are held until the calls could
+have ended, bounded by what the kind's calls have taken (core/hangup.py), not the timeout.
+Figures: ``settled_s``, seconds from the kill until every task the dead worker held has ended
+and the provider runs at its cap again (or has nothing left to run), and ``restarted_s``, the part
+of it the new worker took to start (the kill until its first call was served); the provider's
+peak; lost;
+charged twice (the simulator's ledger counts charges per key, honoured or not).
 
 (A request the kill cuts off mid-body makes the simulator log a ``ClientDisconnect``
 traceback: expected, and harmless.)
@@ -79,10 +90,10 @@ def crash_case(quick: bool) -> CrashCase:
     return CrashCase(tasks=q1app.TASKS, latency_ms=q1app.LATENCY_MS, kill_after_s=3.0)
 
 
-def start_worker(database: str, sim_url: str, log: Path) -> subprocess.Popen[bytes]:
+def start_worker(database: str, sim_url: str, log: Path, app: str = APP) -> subprocess.Popen[bytes]:
     """A ``floodway worker`` at its default lease."""
     concurrency = q1app.WORKER_CONCURRENCY
-    return support.start_worker(APP, database, sim_url, log, concurrency=concurrency, lease=None)
+    return support.start_worker(app, database, sim_url, log, concurrency=concurrency, lease=None)
 
 
 async def until_served_exceeds(sim: RunningSimulator, count: int, timeout_s: float) -> float:
@@ -199,6 +210,95 @@ C1 = Scenario(
 )
 
 
+# -- C3: the kill, against a provider without keys ----------------------------------------------
+APP_WITHOUT_KEYS = "bench.apps.q1:fw_without_keys"
+
+
+async def c3_run(seed: int, quick: bool) -> Figures:
+    case = crash_case(quick)
+    sim_config = q1app.simulator(seed, case.latency_ms)
+    sim_config = sim_config.model_copy(update={"honor_idempotency_key": False})
+    async with simulator(sim_config) as sim, scratch_database() as database:
+        logs = Path(database.removeprefix("sqlite:///")).parent
+        async with runtime(q1app.settings(sim.url, database, keys=False)) as fw:
+            tasks = await fw.submit_many(KIND, inputs(case.tasks, f"c3-{seed}"))
+            first = start_worker(database, sim.url, logs / "worker1.log", APP_WITHOUT_KEYS)
+            second: subprocess.Popen[bytes] | None = None
+            try:
+                started = await until_served_exceeds(sim, 0, timeout_s=60)
+                await asyncio.sleep(max(0.0, started + case.kill_after_s - time.time()))
+                served_at_kill = sim.state.stats.served
+                os.kill(first.pid, signal.SIGKILL)
+                first.wait()
+                killed = time.monotonic()
+                held = [t.id for t in await reread(fw, tasks) if t.status.value == "running"]
+                second = start_worker(database, sim.url, logs / "worker2.log", APP_WITHOUT_KEYS)
+                await until_served_exceeds(sim, served_at_kill, timeout_s=60)
+                restarted = time.monotonic()
+                settled = await until_settled(fw, sim, held, case.tasks, timeout_s=120)
+                await until_terminal(fw, case.tasks, timeout_s=180)
+            finally:
+                reap(first)
+                if second is not None:
+                    stop(second)
+            final = await reread(fw, tasks)
+        provider = provider_figures(sim)
+    return {
+        "settled_s": settled - killed,
+        # of which the new worker's start-up: the kill until its first call was served
+        "restarted_s": restarted - killed,
+        "held_at_kill": len(held),
+        **task_figures(final),
+        "interrupted": sum(
+            t.error is not None and t.error.cls.value == "interrupted" for t in final
+        ),
+        **provider,
+    }
+
+
+async def until_settled(
+    fw: Floodway, sim: RunningSimulator, held: list[str], total: int, timeout_s: float
+) -> float:
+    """Wait until every task in ``held`` has ended and the provider runs at its cap again (or
+    every task has ended); when (monotonic)."""
+    give_up = time.monotonic() + timeout_s
+    waiting = set(held)
+    while True:
+        for task_id in list(waiting):
+            if (await fw.get(task_id)).terminal:
+                waiting.discard(task_id)
+        full = sim.state.stats.in_flight >= q1app.CAP
+        if not waiting and (full or await terminal_count(fw) >= total):
+            return time.monotonic()
+        if time.monotonic() > give_up:
+            raise TimeoutError(f"not settled after {timeout_s:g} s ({len(waiting)} held)")
+        await asyncio.sleep(0.01)
+
+
+def c3_check(f: Figures) -> bool:
+    return bool(
+        f["settled_s"] <= 4.0
+        and f["peak_concurrency"] <= q1app.CAP
+        and f["rate_limited_429"] == 0
+        and f["lost"] == 0
+        and f["double_charged"] == 0
+    )
+
+
+C3 = Scenario(
+    "C3",
+    "C1 against a provider without keys nor look-up (default timeout, 60 s): the worker "
+    "SIGKILLed 3 s in, restarted at once",
+    "settled <= 4 s after the kill; provider peak <= cap; lost 0; charged twice 0",
+    c3_run,
+    Summary(
+        ("settled_s", "restarted_s", "held_at_kill", "interrupted", "peak_concurrency", "charged"),
+        ("lost", "double_charged", "rate_limited_429"),
+    ),
+    c3_check,
+)
+
+
 # -- C2: how soon a dead worker's tasks move on ------------------------------------------------
 C2_TASKS = 20
 C2_LATENCY_MS = 4000.0
@@ -294,13 +394,14 @@ def c2(ledger: str, run: Callable[[int, bool], Coroutine[Any, Any, Figures]]) ->
 SCENARIOS = {
     "C1": [(C1, 3)],
     "C2": [(c2("SQLite", c2_sqlite), 5), (c2("PostgreSQL", c2_postgres), 5)],
+    "C3": [(C3, 5)],
 }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), action="append")
-    parser.add_argument("--runs", type=int, default=None, help="default 3 for C1, 5 for C2")
+    parser.add_argument("--runs", type=int, default=None, help="default 3 for C1, 5 for C2 and C3")
     parser.add_argument("--quick", action="store_true", help="smaller, faster size, 1 run")
     args = parser.parse_args()
     for name in args.scenario or sorted(SCENARIOS):

@@ -121,6 +121,7 @@ class Floodway:
         output_schema: dict[str, Any] | None = None,
         idempotent: bool = False,
         lookup: Lookup | None = None,
+        retry_timeouts: bool = DEFAULTS.retry_timeouts,
         poll: Poll | None = None,
         poll_after: float | str | None = DEFAULTS.poll_after,
         poll_max_attempts: int = DEFAULTS.poll_max_attempts,
@@ -154,6 +155,7 @@ class Floodway:
                     output_schema=output_schema,
                     idempotent=idempotent,
                     lookup=lookup,
+                    retry_timeouts=retry_timeouts,
                     poll=None
                     if poll is None
                     else FunctionPoller(poll, first_poll_after(_seconds(poll_after))),
@@ -558,6 +560,7 @@ def build_kind(name: str, cfg: KindConfig) -> KindSpec:
             max_attempts=cfg.max_attempts,
             deadline_s=cfg.deadline,
             timeout_s=cfg.timeout,
+            retry_timeouts=cfg.retry_timeouts,
             version=cfg.version,
             dedupe=bool(cfg.dedupe),
             share=cfg.share,

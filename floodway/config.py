@@ -444,6 +444,11 @@ class KindConfig(_Strict):
     fallback: str | None = Field(None, description="a kind submitted when a task turns poison")
     max_attempts: int = Field(4, ge=1, description="attempts before a task is dead")
     timeout: Duration = Field(60.0, description="one attempt's time limit")
+    retry_timeouts: bool = Field(
+        False,
+        description="send a call that timed out again, to a provider that neither honours "
+        "Idempotency-Key nor has a look-up (it may bill both); unset, such a task ends timeout",
+    )
     deadline: Duration = Field(15 * 60.0, description="a task's time limit, attempts included")
     dedupe: bool | Literal["always"] = Field(
         True,

@@ -63,7 +63,11 @@ class Context:
         self._append_events = append_events
         #: events of this attempt's stream handed on so far
         self.streamed = 0
+        #: the task was cancelled (or the lease lost): a handler that can stop its call
+        #: cleanly may (the provider's cancel endpoint); floodway itself reads the call on
         self.cancelled = asyncio.Event()
+        #: another worker holds the task now: this attempt's answer will be dropped
+        self.lease_lost = asyncio.Event()
         self._clock = clock
         self._record_ref = record_ref
         self.usage: float | None = None
@@ -122,10 +126,15 @@ class Context:
             await self._append_events(self.streamed + 1, events)
         self.streamed += len(events)
 
+    def lose_lease(self) -> None:
+        """Fenced: stop working for nobody."""
+        self.lease_lost.set()
+        self.cancelled.set()
+
     async def set_upstream_ref(self, ref: str) -> None:
         """Record the upstream job id durably before waiting on it, so recovery can resume
         the job instead of paying for it again."""
         if not await self._record_ref(ref):
-            self.cancelled.set()  # we lost the lease: stop working for nobody
+            self.lose_lease()
             raise asyncio.CancelledError("lease lost")
         self.upstream_ref = ref

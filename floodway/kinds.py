@@ -10,6 +10,7 @@ from typing import Any, Literal, Protocol
 from floodway.config import KindConfig
 from floodway.context import Context
 from floodway.core.errors import ConfigError, UnknownKind
+from floodway.core.hangup import Provider
 from floodway.core.task import GLOBAL_SCOPE, JSON, Lane, Task, fingerprint, tenant_scope
 from floodway.core.tiers import (
     LineResult,
@@ -204,6 +205,8 @@ class KindSpec:
     #: the provider honours the Idempotency-Key: resubmitting after a crash cannot charge twice
     idempotent: bool = False
     lookup: Lookup | None = None
+    #: a timed-out call is sent again though the provider may bill both (see core/hangup.py)
+    retry_timeouts: bool = DEFAULTS.retry_timeouts
     poll: JobPoller | None = None
     poll_max_attempts: int = DEFAULTS.poll_max_attempts
     #: closes what the handler holds (an adapter's pooled HTTP client) when floodway closes
@@ -230,9 +233,16 @@ class KindSpec:
         """How long one call may run at the provider, at the longest: the kind's timeout."""
         return self.timeout_s if self.timeout_s is not None else UNBOUNDED_CALL_S
 
+    @property
+    def provider(self) -> Provider:
+        """What the provider does with a call floodway has hung up on."""
+        return Provider.of(self.idempotent, self.lookup is not None)
+
     def call_ends_by(self, task: Task) -> float:
-        """When the task's current call will have ended at the latest: its start plus this
-        kind's timeout (an adapter's HTTP timeout)."""
+        """When the task's current call will have ended at the latest: as bounded when the
+        attempt started (from the kind's recent calls), else its start plus the timeout."""
+        if task.call_ends_by is not None:
+            return task.call_ends_by
         started = task.attempt_at if task.attempt_at is not None else task.updated_at
         return started + self.longest_call_s
 

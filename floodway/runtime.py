@@ -19,6 +19,7 @@ from floodway.core.errors import (
     InvalidInput,
     InvalidJob,
 )
+from floodway.core.hangup import CallTimes
 from floodway.core.jobs import (
     JOB_PREFIX,
     Job,
@@ -265,10 +266,19 @@ class Runtime:
     #: outbound callbacks this process delivered, retried or gave up on, since start
     callbacks_out: Counter[str] = field(default_factory=Counter)
     alert_hooks: list[AlertHook] = field(default_factory=list)
+    #: how long each kind's recent calls took: the bound a new attempt is marked with
+    call_times: CallTimes = field(default_factory=CallTimes)
 
     @property
     def pricing(self) -> Pricing:
         return Pricing(self.settings)
+
+    def call_bounds(self) -> tuple[tuple[str, float], ...]:
+        """(kind, seconds) for each kind: how long a call of it may run at the provider, at
+        the longest, from what this process has seen (``core.hangup.call_bound_s``)."""
+        return tuple(
+            (s.name, self.call_times.bound_s(s.name, s.longest_call_s)) for s in self.kinds.specs()
+        )
 
     async def submit(
         self,

@@ -1,7 +1,8 @@
 """An OpenAI-compatible fake provider: chat completions, embeddings and image generation,
 with a ledger of what it billed and a 429 storm on demand.
 
-Every answered call is billed (its usage recorded in :attr:`FakeOpenAI.billed`); a 429 or a
+Every answered call is billed (its usage and Idempotency-Key recorded in
+:attr:`FakeOpenAI.billed`), whether or not the client still waits for the answer; a 429 or a
 5xx bills nothing, as at OpenAI. ``storm(n)`` answers the next ``n`` calls 429 with
 ``retry-after-ms``, the way OpenAI throttles; ``latency_s`` delays every answer. A chat whose
 last message starts with "refuse" is refused (400 ``content_policy_violation``), and a body
@@ -27,12 +28,14 @@ from starlette.routing import Route
 
 @dataclass(frozen=True)
 class Bill:
-    """One billed call: the endpoint, the model and the usage it was charged for."""
+    """One billed call: the endpoint, the model, the usage it was charged for, and the
+    Idempotency-Key it came with (floodway's work key)."""
 
     endpoint: str
     model: str
     tokens: int
     images: int = 0
+    key: str | None = None
 
 
 @dataclass
@@ -99,7 +102,7 @@ class FakeOpenAI:
             }
             return JSONResponse({"error": error}, status_code=400)
         prompt, completion = len(text) // 4 + 1, self._completion(body)
-        self.billed.append(Bill("chat", body["model"], prompt + completion))
+        self.billed.append(Bill("chat", body["model"], prompt + completion, key=_key(request)))
         return JSONResponse(
             {
                 "id": f"chatcmpl-{n}",
@@ -139,7 +142,7 @@ class FakeOpenAI:
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
             return _invalid("input", "input must be a string or a list of strings")
         tokens = sum(len(str(t)) // 4 + 1 for t in texts)
-        self.billed.append(Bill("embeddings", body["model"], tokens))
+        self.billed.append(Bill("embeddings", body["model"], tokens, key=_key(request)))
         data = [
             {"object": "embedding", "index": i, "embedding": _vector(str(t))}
             for i, t in enumerate(texts)
@@ -161,7 +164,9 @@ class FakeOpenAI:
         count = body.get("n", 1)
         if not isinstance(count, int) or count < 1:
             return _invalid("n", "n must be a positive integer")
-        self.billed.append(Bill("images", body.get("model", ""), 0, images=count))
+        self.billed.append(
+            Bill("images", body.get("model", ""), 0, images=count, key=_key(request))
+        )
         data = [{"url": f"https://images.example/{n}-{i}.png"} for i in range(count)]
         return JSONResponse({"created": 1_700_000_000, "data": data})
 
@@ -180,6 +185,10 @@ class _Throttled(Exception):
         return JSONResponse(
             {"error": error}, status_code=429, headers={"retry-after-ms": str(self.retry_after_ms)}
         )
+
+
+def _key(request: Request) -> str | None:
+    return request.headers.get("idempotency-key")
 
 
 def _invalid(param: str, message: str) -> JSONResponse:

@@ -16,6 +16,7 @@ def provider_settings(
     *,
     cost: str | None = None,
     timeout_s: float = 30.0,
+    keys: bool = True,
 ) -> Settings:
     """Settings with one resource and one http kind calling ``sim_url``.
 
@@ -23,15 +24,17 @@ def provider_settings(
     (and billed) instead of resubmitting it; the simulator honours Idempotency-Key, so the kind
     says so (``idempotent``) and work a dead worker left running is resubmitted at once (the
     provider joins it to the running job); ``cost="tokens"`` reads the input's ``tokens``.
+    ``keys=False``: a provider that ignores Idempotency-Key and has no look-up (the simulator
+    with ``honor_idempotency_key = false``), declared so.
     """
     kind = KindConfig(
         adapter="http",
         resource=RESOURCE,
         url=f"{sim_url}/generate",
-        lookup_url=f"{sim_url}/jobs?idempotency_key={{key}}",
+        lookup_url=f"{sim_url}/jobs?idempotency_key={{key}}" if keys else None,
         cost=cost,
         timeout=timeout_s,
         max_attempts=4,
-        options={"idempotent": True},
+        options={"idempotent": keys},
     )
     return Settings(database=database, resources={RESOURCE: resource}, kinds={KIND: kind})

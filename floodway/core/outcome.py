@@ -31,6 +31,8 @@ class Failed:
     in_progress: bool = False  # the provider works on the same key already
     usage: float | None = None
     upstream_status: int | None = None  # the provider's HTTP status, if it answered one
+    #: floodway stopped waiting (a timeout) while the call may go on at the provider
+    hung_up: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,9 @@ class Completion:
     orphan_until: float | None = None
     #: what the provider billed for this attempt: written to the spend ledger with the status
     charge: Charge | None = None
+    #: floodway stopped waiting for this attempt's call, which may run until then: should the
+    #: task have ended meanwhile (a cancel, a deadline), its attempt stays open that long
+    hung_up_until: float | None = None
 
     @property
     def closes_attempt(self) -> bool:

@@ -44,6 +44,8 @@ class RetryPolicy:
                 throttled=exc.throttled,
                 in_progress=exc.in_progress,
                 upstream_status=exc.status,
+                # an adapter's own timeout: the call may go on at the provider
+                hung_up=exc.error_type == "timeout",
             )
         if isinstance(exc, InvalidOutput):
             return Failed(
@@ -55,7 +57,8 @@ class RetryPolicy:
                 ErrorInfo(ErrorClass.FATAL, exc.error_type, exc.message), upstream_status=exc.status
             )
         if isinstance(exc, TimeoutError | asyncio.TimeoutError | httpx.TimeoutException):
-            return Failed(ErrorInfo(ErrorClass.RETRYABLE, "timeout", _describe(exc)))
+            error = ErrorInfo(ErrorClass.RETRYABLE, "timeout", _describe(exc))
+            return Failed(error, hung_up=True)
         if isinstance(exc, ConnectionError | httpx.TransportError):
             return Failed(ErrorInfo(ErrorClass.RETRYABLE, "connection", _describe(exc)))
         # Any other exception is a bug or a failure nobody foresaw: retried, as most queues do

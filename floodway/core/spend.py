@@ -77,13 +77,20 @@ class Price:
 
 @dataclass(frozen=True)
 class Charge:
-    """A billed call as the ledger records it: its usage and its cost."""
+    """A billed call as the ledger records it: its usage and its cost. ``possibly``: nobody
+    saw the call end, so it is recorded at its estimate, as if billed (the hang-up rule)."""
 
     usage: Usage
     cost: float
     #: the tier the call was sent on, and what it saved against the sync price
     tier: str = "sync"
     tier_saved: float = 0.0
+    possibly: bool = False
+
+
+def possibly_billed(estimate: float) -> Charge | None:
+    """The charge of an attempt nobody saw end: its priced estimate (None: it held nothing)."""
+    return Charge(Usage(), estimate, possibly=True) if estimate > 0 else None
 
 
 @dataclass(frozen=True)

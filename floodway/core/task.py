@@ -94,6 +94,9 @@ class Task:
     lease_token: str | None = None
     lease_expires_at: float | None = None
     attempt_at: float | None = None  # when the current (or last) attempt was claimed
+    #: when the current (or last) attempt's call will have ended at the provider, at the
+    #: latest, as bounded when it started (None: by the kind's timeout)
+    call_ends_by: float | None = None
     invalid_outputs: int = 0
     cancel_requested: bool = False
     poll_attempts: int = 0

@@ -45,11 +45,15 @@ class BatchEnder:
                 return tasks
 
     async def end(self, batch: OpenAIBatch) -> bool:
-        """Write the files and end the batch; False if another process ended it first."""
+        """Write the files and end the batch; False if another process ended it first, or
+        if a call of it is still read to its end (a line cancelled mid-call is answered in
+        the output file when the provider answered it: it was billed)."""
         tasks = await self.tasks(batch)
+        if any(t.lease_token is not None for t in tasks):
+            return False
         now = self.runtime.clock.now()
-        good = [t for t in tasks if t.status in SUCCESS]
-        bad = [t for t in tasks if t.status not in SUCCESS]
+        good = [t for t in tasks if answered(t)]
+        bad = [t for t in tasks if not answered(t)]
         output = _file(batch, "output", map(output_line, good), now) if good else None
         errors = _file(batch, "errors", map(error_line, bad), now) if bad else None
         if batch.status == "cancelling":
@@ -60,6 +64,12 @@ class BatchEnder:
             status = "completed"
         records = self.runtime.openai_records
         return await records.end_openai_batch(batch.id, batch.status, status, output, errors, now)
+
+
+def answered(task: Task) -> bool:
+    """Whether a line of a batch has the provider's answer: it succeeded, or it was cancelled
+    or timed out while its call, read to its end, succeeded (and was billed)."""
+    return task.status in SUCCESS or task.result is not None
 
 
 def _file(

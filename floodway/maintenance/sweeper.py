@@ -9,10 +9,12 @@ worker that hangs, when its lease expires. Each open attempt it held is reconcil
   the provider honours the key -> resubmit (it replays instead of billing again); otherwise
   -> ``failed`` (``interrupted``);
 - whatever the task became, a call that may still be running at the provider keeps its
-  provider slot and the work until it could have ended (the attempt's start plus the kind's
-  ``timeout``), unless something proved it ended: nobody pays for the same work twice and the
-  provider never sees more than the configured concurrency. Then the attempt is closed, with
-  a last look-up where the provider has one (a late success is kept).
+  provider slot, the work and its spend hold until it could have ended (the bound its attempt
+  was marked with when it started, from what the kind's calls have taken; see
+  ``core/hangup.py``), unless something proved it ended: nobody pays for the same work twice
+  and the provider never sees more than the configured concurrency. Then the attempt is
+  closed, with a last look-up where the provider has one (a late success is kept); without
+  one, it is recorded as possibly billed at its estimate.
 
 Tasks past their deadline end as ``timeout``; a task whose call is running keeps the call going
 (its worker closes the attempt; a late success is kept for the same work).
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from floodway.core import changes
 from floodway.core.outcome import Completion, Failed, Succeeded
 from floodway.core.owners import identity_of
-from floodway.core.spend import Charge
+from floodway.core.spend import Charge, possibly_billed
 from floodway.core.states import TERMINAL, Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task
 from floodway.kinds import UNBOUNDED_CALL_S, KindSpec
@@ -172,20 +174,23 @@ class Sweeper:
         return closed
 
     async def _look_up(self, task: Task) -> tuple[Succeeded | None, Charge | None]:
-        """A late success the provider's look-up finds, and what it billed for it."""
+        """A late success the provider's look-up finds, and what it billed for it. Without a
+        look-up that answered, nobody saw the call end: it is recorded as possibly billed, at
+        its estimate (the ledger may over-state the bill, never under-state it)."""
         runtime = self.runtime
+        unseen = None, possibly_billed(task.spend_hold)
         if task.kind not in runtime.kinds:
-            return None, None
+            return unseen
         spec = runtime.kinds.get(task.kind)
         if spec.lookup is None:
-            return None, None
+            return unseen
         ctx = runtime.context(task)
         try:
             found = await spec.lookup(ctx)
         except Exception as exc:
             log.warning("last look-up of %s failed: %s", task.id, exc)
-            return None, None
-        if found is None:
+            return unseen
+        if found is None:  # the provider has no finished work under the key: not billed
             return None, None
         return Succeeded(found), runtime.charge(task, ctx.billed)
 

@@ -112,6 +112,7 @@ def build_provider_kind(name: str, cfg: KindConfig) -> KindSpec:
         output_schema=cfg.output_schema,
         idempotent=idempotent,
         lookup=lookup,
+        retry_timeouts=cfg.retry_timeouts,
         poll=poll,
         poll_max_attempts=poll_max_attempts,
         close=close,

@@ -39,6 +39,9 @@ class ClaimParams:
     lease_s: float
     #: claim exactly these (chosen by admission control); None = the next ``limit`` ready tasks
     ids: tuple[str, ...] | None = None
+    #: (kind, seconds): how long a call of the kind may run at the provider, at the longest;
+    #: each attempt claimed is marked to have ended by then (a kind not named: by its timeout)
+    bounds: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)

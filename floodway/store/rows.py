@@ -58,6 +58,7 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
         lease_token=row["lease_token"],
         lease_expires_at=row["lease_expires_at"],
         attempt_at=row["attempt_at"],
+        call_ends_by=row["call_ends_by"],
         invalid_outputs=row["invalid_outputs"],
         cancel_requested=bool(row["cancel_requested"]),
         poll_attempts=row["poll_attempts"],

@@ -56,7 +56,7 @@ from floodway.core.jobs import (
     planning_failed,
 )
 from floodway.core.outcome import Applied, Completion, Succeeded
-from floodway.core.spend import Budget, Charge
+from floodway.core.spend import Budget, Charge, possibly_billed
 from floodway.core.states import CLAIMABLE, TERMINAL, Status, check_transition
 from floodway.core.task import ErrorClass, ErrorInfo, Lane, NewTask, Submitted, Task, new_id
 from floodway.core.tiers import BATCH_ENDED, ENDED_LINES
@@ -335,6 +335,7 @@ def record_spend(charges: Sequence[tuple[str, Charge | None]], now: float) -> Ru
             "images": charge.usage.images,
             "tier": charge.tier,
             "tier_saved": charge.tier_saved,
+            "possibly": charge.possibly,
         }
         for task_id, charge in charges
         if charge is not None
@@ -580,8 +581,11 @@ def _not_moved(
     )
     if not ours:
         return Applied(item.task_id, False, status)
-    result = Succeeded(item.result) if item.to is Status.SUCCEEDED else None
     assert item.lease_token is not None
+    if item.hung_up_until is not None:  # hung up on: the call may go on without its worker
+        yield from orphan_attempt(item.task_id, item.lease_token, item.hung_up_until, now)
+        return Applied(item.task_id, False, status)
+    result = Succeeded(item.result) if item.to is Status.SUCCEEDED else None
     freed = yield from close_attempt(
         item.task_id, item.lease_token, result, now, changes, item.charge
     )
@@ -817,7 +821,7 @@ def worker_beat(worker: WorkerInfo, now: float, stale_s: float) -> Rule[None]:
 def claim(params: ClaimParams, changes: list[TaskChange]) -> Rule[list[Task]]:
     """Lease ready tasks: the next ones in dispatch order (up to ``params.limit``), or those of
     ``params.ids`` that are still ready. Each moves to running with its attempt counted."""
-    args = claim_args(params)
+    args = {**claim_args(params), "bounds": dumps(dict(params.bounds))}
     if params.ids is None:
         name = "claim_next"
         args.update(kinds=params.kinds, limit=params.limit)
@@ -967,12 +971,13 @@ def cancel(task_id: str, tenant: str | None, now: float, changes: list[TaskChang
     check_transition(task.status, Status.CANCELLED, "cancel")
     error = ErrorInfo(ErrorClass.CANCELLED, "cancelled", "cancelled by request")
     if task.status is Status.RUNNING:
-        waiting = yield from one("has_waiters", id=task_id)
-        if task.parked or task.lease_token is None or waiting is None:
-            # Nobody else wants the work: the worker (or the poller) stops the call.
+        if task.parked or task.lease_token is None:
+            # Its upstream job runs without a worker: the poller asks the provider to stop it.
             yield from count("request_cancel_running", id=task_id, now=now)
             return (yield from load(task_id))
-        # Others wait for this work: this task ends now, its call goes on for them.
+        # The task ends now; its call, sent already, is read to its end by its worker (the
+        # provider bills it all the same): the answer is recorded, billed and kept for the
+        # work, and the provider slot is given back only then (core/hangup.py).
         item = ended_for_waiters(task, Status.CANCELLED, error)
         if not (yield from complete_one(item, now, changes)).applied:
             raise IllegalTransition(task.status, Status.CANCELLED, "the task changed meanwhile")
@@ -1006,7 +1011,9 @@ def manual_retry(
         until = task.lease_expires_at or now
         if task.lease_owner is not None or until > now:
             raise AttemptStillOpen(task_id, task.status.value, until, now)
-        yield from close_attempt(task_id, task.lease_token, None, now, changes)
+        # Nobody saw that call end: recorded as possibly billed.
+        possibly = possibly_billed(task.spend_hold)
+        yield from close_attempt(task_id, task.lease_token, None, now, changes, possibly)
     written = yield from one("manual_retry", id=task_id, expected=task.status.value, now=now)
     if written is None:
         raise IllegalTransition(task.status, Status.QUEUED, "the task changed meanwhile")

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from typing import Any
 
 import jsonschema
 
@@ -24,37 +25,32 @@ log = logging.getLogger("floodway.worker")
 async def execute(spec: KindSpec, ctx: Context, policy: RetryPolicy, clock: Clock) -> Outcome:
     """Never raises (but CancelledError when the worker itself is being torn down).
 
-    A call may take the kind's timeout. It is not cut at the task's deadline: the provider
-    would go on (and bill) all the same, so the deadline ends the task (the sweeper writes
-    ``timeout``) while the call ends on its own, and a late success is kept for the work."""
+    A call may take the kind's timeout: past it, the outcome says floodway hung up, and the
+    worker asks the hang-up rule (``core/hangup.py``) what follows. It is not cut at the task's
+    deadline nor by a cancel: the provider would go on (and bill) all the same, so those end
+    the task while the call is read to its end, and a late success is kept for the work."""
     if ctx.deadline_at is not None and clock.now() >= ctx.deadline_at:
         return _deadline_outcome(ctx)  # claimed past its deadline: no call at all
-    budget = spec.timeout_s
     run = asyncio.ensure_future(spec.handler(ctx, ctx.task.input))
-    cancel_watch = asyncio.ensure_future(ctx.cancelled.wait())
+    watches: set[asyncio.Future[Any]] = {asyncio.ensure_future(ctx.lease_lost.wait())}
+    if spec.timeout_s is not None:  # on the clock: the timeout is the kind's, in its time
+        watches.add(asyncio.ensure_future(clock.sleep(spec.timeout_s)))
     try:
-        done, _ = await asyncio.wait(
-            {run, cancel_watch}, timeout=budget, return_when=asyncio.FIRST_COMPLETED
-        )
+        await asyncio.wait({run, *watches}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
         run.cancel()
-        cancel_watch.cancel()
         raise
-    cancel_watch.cancel()
-    if run not in done:
+    finally:
+        for watch in watches:
+            watch.cancel()
+    if not run.done():
         run.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await run
-        if ctx.cancelled.is_set():
-            return Cancelled("cancelled while running")
-        if ctx.deadline_at is not None and clock.now() >= ctx.deadline_at:
-            return _deadline_outcome(ctx)
-        return Failed(
-            ErrorInfo(
-                ErrorClass.RETRYABLE, "timeout", f"handler ran longer than {spec.timeout_s}s"
-            ),
-            usage=ctx.usage,
-        )
+        if ctx.lease_lost.is_set():  # fenced: another worker holds the task now
+            return Cancelled("lease lost")
+        message = f"handler ran longer than {spec.timeout_s}s"
+        return Failed(ErrorInfo(ErrorClass.RETRYABLE, "timeout", message), hung_up=True)
     try:
         result = run.result()
     except asyncio.CancelledError:

@@ -29,8 +29,10 @@ from floodway.config import WorkerConfig
 from floodway.context import Context
 from floodway.core import changes
 from floodway.core.errors import Unavailable
+from floodway.core.hangup import Provider, Why, held_until, on_hang_up
 from floodway.core.outcome import Applied, Completion, Failed, Parked
 from floodway.core.owners import owner_name
+from floodway.core.spend import possibly_billed
 from floodway.core.states import Status
 from floodway.core.task import ErrorClass, ErrorInfo, Task, new_token
 from floodway.kinds import UNBOUNDED_CALL_S
@@ -194,14 +196,16 @@ class Worker:
             )
             await runtime.admission.hold(permit, until)
 
-    def cancel_local(self, task_id: str) -> bool:
-        """Deliver a cancel request to a task running in this process, at once."""
+    def cancel_local(self, task_id: str) -> None:
+        """A cancel request reached this process. A handler running here is told (it may
+        stop its call cleanly), and floodway reads the call to its end (the cancel ended the
+        task; see core/hangup.py); a task parked on an upstream job has its poll made due,
+        and the poll asks the provider to stop the job."""
         run = self.running.get(task_id)
-        if run is None:  # parked on an upstream job, perhaps: the cancel made its poll due
+        if run is None:
             self.poller.wake(self.runtime.clock.now())
-            return False
+            return
         run.ctx.cancelled.set()
-        return True
 
     # -- dispatcher ---------------------------------------------------------------------------
     async def _dispatch_loop(self) -> None:
@@ -267,7 +271,10 @@ class Worker:
         runtime = self.runtime
         now = runtime.clock.now()
         kinds = runtime.kinds.names()
-        params = ClaimParams(self.owner, new_token(), kinds, limit, now, self.options.lease_s)
+        bounds = runtime.call_bounds()
+        params = ClaimParams(
+            self.owner, new_token(), kinds, limit, now, self.options.lease_s, bounds=bounds
+        )
         permits: dict[str, Permit] = {}
         if runtime.admission.limited:
             # Every completion and submit in any process wakes every dispatcher; while the
@@ -299,6 +306,7 @@ class Worker:
                 now,
                 self.options.lease_s,
                 ids=tuple(permits),
+                bounds=bounds,
             )
         try:
             tasks = await runtime.store.claim(params)
@@ -358,9 +366,16 @@ class Worker:
                 self._returned()
             finally:
                 self._slots.release()
-        except asyncio.CancelledError:  # torn down by stop()
-            await self._hand_back(run)
+        except asyncio.CancelledError:  # torn down by stop(), past its grace, mid-call
+            item, settlement = self._hang_up(run, Why.SHUTDOWN, None)
+            self._writing += 1
+            await asyncio.shield(self._finish(run, item, settlement))
             return
+        if isinstance(outcome, Failed) and outcome.hung_up:
+            item, settlement = self._hang_up(run, Why.TIMEOUT, outcome)
+            await asyncio.shield(self._finish(run, item, settlement))
+            return
+        self._timed(run)
         if isinstance(outcome, Parked):  # an upstream job: wait on a durable timer, not here
             if spec.poll is not None:
                 await asyncio.shield(self._park(run, outcome))
@@ -383,6 +398,55 @@ class Worker:
             reason=f"{failed.error.type}: {failed.error.message}" if failed is not None else "",
         )
         await asyncio.shield(self._finish(run, item, settlement))
+
+    def _timed(self, run: _Running) -> None:
+        """A call that answered: how long it took is what later calls of its kind are
+        bounded by."""
+        started = run.task.attempt_at
+        if started is not None:
+            self.runtime.call_times.record(run.task.kind, self.runtime.clock.now() - started)
+
+    def _hang_up(
+        self, run: _Running, why: Why, failed: Failed | None
+    ) -> tuple[Completion, Settlement]:
+        """The write and the slot for a call this worker stopped waiting for, which may go on
+        at the provider: as the hang-up rule says (core/hangup.py). Its provider slot is held
+        until the call could have ended; a resend of the same work takes that slot over."""
+        runtime, task = self.runtime, run.task
+        spec = runtime.kinds.get(task.kind)
+        now = runtime.clock.now()
+        until = held_until(why, now, spec.call_ends_by(task), spec.longest_call_s)
+        settlement = Settlement(
+            headers=run.ctx.response_headers, still_running_s=max(0.0, until - now)
+        )
+        verdict = on_hang_up(why, spec.provider, spec.retry_timeouts)
+        if failed is None:  # a shutdown: not the task's failure, no attempt spent on it
+            lost = ErrorInfo(ErrorClass.RETRYABLE, "shutdown", "the worker stopped mid-call")
+            failed = Failed(lost, retry_after=0.0, in_progress=True)
+        if verdict.resend:
+            item = runtime.decide(task, failed, now, run.ctx.billed)
+            if item.to is Status.RETRYING and spec.provider is not Provider.KEYED:
+                # Not beside the first call, which may bill too: it is recorded as possibly
+                # billed. (To a provider that honours keys, the resend joins the first call
+                # at once, and its answer says the bill.)
+                due = max(until, item.next_attempt_at or now)
+                possibly = possibly_billed(task.spend_hold)
+                item = dataclasses.replace(item, next_attempt_at=due, charge=possibly)
+            elif item.to is not Status.RETRYING:  # out of attempts, or past the deadline
+                item = dataclasses.replace(item, orphan_until=until)
+            return dataclasses.replace(item, hung_up_until=until), settlement
+        unknown = "the provider may have billed it (billing unknown)"
+        if why is Why.TIMEOUT:
+            error = ErrorInfo(ErrorClass.TIMEOUT, "timeout", f"{failed.error.message}; {unknown}")
+            to = Status.TIMEOUT
+        else:
+            error = ErrorInfo(
+                ErrorClass.INTERRUPTED, failed.error.type, f"{failed.error.message}; {unknown}"
+            )
+            to = Status.FAILED
+        item = changes.orphaned(task, to, error, until)
+        charge = runtime.charge(task, run.ctx.billed)
+        return dataclasses.replace(item, charge=charge, hung_up_until=until), settlement
 
     def _retry_now(self, task: Task, item: Completion, failed: Failed) -> bool:
         """A task's first failure, retried while nothing else waits for a slot: its backoff
@@ -565,7 +629,7 @@ class Worker:
                 run = self.running.get(task_id)
                 if run is not None:  # fencing: stop working for a lease we no longer hold
                     run.fenced = True
-                    run.ctx.cancelled.set()
+                    run.ctx.lose_lease()
             for task_id in result.cancel_requested:
                 self.cancel_local(task_id)
             try:  # keep the provider slots of long tasks alive with their leases

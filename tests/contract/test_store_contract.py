@@ -740,12 +740,22 @@ async def test_cancel_a_queued_task_at_once(store: Store) -> None:
     assert await claim(store, NOW + 2) == []
 
 
-async def test_cancel_a_running_task_flags_it_for_its_worker(store: Store) -> None:
+async def test_cancel_a_running_task_ends_it_and_keeps_its_attempt_for_its_worker(
+    store: Store,
+) -> None:
+    """The call was sent: the task ends now, its worker keeps the lease, is told by its next
+    heartbeat, and closes the attempt with the call's answer once it has read it."""
     t = await run_one(store)
     got = await store.request_cancel(t.id, None, NOW + 1)
-    assert (got.status, got.cancel_requested) == (S.RUNNING, True)
-    done = await finish(store, t, S.CANCELLED, NOW + 2)
-    assert (done.status, done.cancel_requested) == (S.CANCELLED, False)
+    assert got.status is S.CANCELLED and got.lease_token == t.lease_token
+    beat = await store.heartbeat([(t.id, "tok-1")], NOW + 2, 30)
+    assert beat.lost == () and beat.cancel_requested == (t.id,)
+    item = Completion(t.id, S.SUCCEEDED, lease_token=t.lease_token, result={"late": 1})
+    (applied,) = await store.complete([item], NOW + 3)
+    assert not applied.applied and applied.closed
+    done = await load(store, t.id)
+    assert done.status is S.CANCELLED and done.lease_token is None
+    assert done.result == {"late": 1}
 
 
 async def test_cancel_refuses_terminal_and_foreign_tasks(store: Store) -> None:

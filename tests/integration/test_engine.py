@@ -463,9 +463,11 @@ async def test_retention_clears_results_then_rows_then_keys(fw: Floodway, clock:
 
 
 async def test_graceful_stop_releases_without_spending_an_attempt(fw: Floodway) -> None:
+    """Past its grace, a stop hangs up on the call: to a provider that honours the key the
+    task goes back to the queue (its resend joins the call), no attempt spent."""
     started = asyncio.Event()
 
-    @fw.kind("video")
+    @fw.kind("video", idempotent=True)
     async def long(ctx: Context, value: dict[str, Any]) -> None:
         started.set()
         await asyncio.Event().wait()
@@ -475,6 +477,26 @@ async def test_graceful_stop_releases_without_spending_an_attempt(fw: Floodway) 
         await asyncio.wait_for(started.wait(), 5)
     after = await fw.get(task.id)
     assert after.status is Status.RETRYING and after.attempts == 0
+
+
+async def test_graceful_stop_never_resends_to_a_provider_without_keys(fw: Floodway) -> None:
+    """The same stop, to a provider that would bill a resend again: the task fails, its
+    billing unknown, and its attempt stays open (slot and spend held) until the call could
+    have ended."""
+    started = asyncio.Event()
+
+    @fw.kind("video", timeout=30.0)
+    async def long(ctx: Context, value: dict[str, Any]) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    task = await fw.submit("video", {"n": 1})
+    async with fw.worker(grace_s=0.05):
+        await asyncio.wait_for(started.wait(), 5)
+    after = await fw.get(task.id)
+    assert after.status is Status.FAILED and after.error is not None
+    assert "billing unknown" in after.error.message
+    assert after.lease_token is not None and after.lease_owner is None
 
 
 async def test_only_one_maintenance_leader(fw: Floodway, clock: FakeClock) -> None:
@@ -553,7 +575,7 @@ async def test_a_claimed_task_keeps_its_provider_slot_past_the_claim_ttl(
         await worker.start()
         try:
             await settle()
-            await clock.advance(60)
+            await clock.advance(30)  # past the claim TTL, within the kind's timeout
             await settle()
             statuses = [(await fw.get(t.id)).status for t in (a, b)]
             assert statuses == [Status.RUNNING, Status.QUEUED]  # the cap of 1 still holds

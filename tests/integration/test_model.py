@@ -6,10 +6,15 @@ provider that counts what it charges per piece of work. The steps: submits (the 
 inputs, two tenants, both lanes, request keys, deadlines, inputs that fail first), time passing,
 a process killed at any step and restarted (the calls it left running go on at the provider, or
 end with it), cancels, manual retries, ``dlq retry --all``, and upstream jobs whose callbacks
-race their polls. After every step: no work billed twice (but where floodway cannot know, see
+race their polls, calls slower than the kinds' timeout, cancels of one task or of all a
+tenant's at once (a batch's cancel), over the shared billed provider that bills what it
+computed whether or not floodway still listens (harness/billing.py). After every step: no
+work billed twice (but where floodway cannot know, see
 :meth:`ChargingProvider.may_bill_again`), never two calls of one work at once, never more calls
 in flight than the cap, no result or ``duplicate_of`` that crosses a tenant, no task with
-another work's result. At the end the model drains: every accepted task is in the ledger, ended.
+another work's result, the ledger's spend and holds covering the provider's bill, no budget
+passed by spend and holds. At the end the model drains: every accepted task is in the ledger,
+ended, its attempt closed, and the ledger records at least what the provider billed.
 
 ``FLOODWAY_MODEL_EXAMPLES`` sets the number of examples per backend and draws new ones each
 run (default: a few, the same every run, for CI).
@@ -36,19 +41,20 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from floodway import (
     AdmissionRefused,
     AttemptStillOpen,
+    BudgetExceeded,
     Context,
     Floodway,
     IllegalTransition,
     Parked,
-    RetryableError,
     Settings,
     Status,
     Task,
 )
-from floodway.config import ResourceConfig, TenantConfig
-from floodway.store.base import TaskQuery
+from floodway.config import BudgetConfig, PriceConfig, ResourceConfig, TenantConfig
+from floodway.store.base import SpendQuery, TaskQuery
 from floodway.testing import FakeClock, settle, sever
 from floodway.worker.callbacks import apply_callback
+from harness.billing import BillingProvider, Call
 from harness.pg import fresh_schema, postgres_unavailable, schema_url
 
 #: a hunt (the variable set) draws new examples every run; CI's default few are the same
@@ -58,6 +64,10 @@ EXAMPLES = int(os.environ.get("FLOODWAY_MODEL_EXAMPLES", "8"))
 CAP = 2  # the provider's in-flight cap, configured on the resource
 CALL_S = 3.0  # how long the provider takes over one call (fake seconds)
 TIMEOUT_S = 10.0  # the kinds' call timeout: a dead worker's call may run this long
+SLOW_CALL_S = 12.0  # a slow input's calls: floodway hangs up on them at the timeout
+PRICE = 0.125  # what a call bills (a binary fraction: sums of it are exact)
+BUDGET = 2.0  # each tenant's, per period: 16 calls
+PERIOD_S = 1000 * 86400.0  # longer than any example runs
 TENANTS = ("t1", "t2")
 
 
@@ -86,93 +96,41 @@ def work_of(kind: str, tenant: str, value: Any) -> str:
     return f"{kind}/{scope}/{json.dumps(value, sort_keys=True)}"
 
 
-@dataclass(eq=False)
-class Job:
-    """One call the provider serves, whether or not anyone still listens for its answer."""
+def kind_of(ctx: Context) -> str:
+    return ctx.task.kind
 
-    work: str
-    key: str
-    tenant: str
-    ends_at: float
-    fails: bool
-    answer: asyncio.Future[dict[str, Any]]
-    runner: asyncio.Task[None] | None = None
-    listeners: int = 0
+
+def model_work(ctx: Context) -> str:
+    return work_of(ctx.task.kind, ctx.task.tenant, ctx.task.input)
+
+
+def call_s(ctx: Context) -> float:
+    """A ``slow`` input's calls outlast the kinds' timeout: floodway hangs up on them."""
+    return SLOW_CALL_S if ctx.task.input.get("slow") else CALL_S
+
+
+def first_calls_fail(ctx: Context, call: int) -> bool:
+    """An input's ``fails`` first calls answer 503 (not billed)."""
+    return call <= int(ctx.task.input.get("fails", 0))
 
 
 @dataclass
-class ChargingProvider:
-    """A billed provider on the fake clock: a call takes ``CALL_S`` and is charged when it
-    succeeds; an input's ``fails`` first calls answer 503 (not charged). Calls run on the
-    provider's side: a client that goes away leaves them running if ``calls_survive`` (a
-    killed process), else they stop (a cancel closes the connection)."""
+class ChargingProvider(BillingProvider):
+    """The shared billed provider (harness/billing.py) on the fake clock: a call takes
+    ``CALL_S`` (``SLOW_CALL_S`` for a slow input) and is charged when it finishes, whether
+    or not floodway still listens; kinds honour keys as :data:`KINDS` says. It also keeps
+    what floodway could not see: works a call of which went on after floodway hung up (a
+    timeout, a kill) at a provider that can neither replay nor look it up."""
 
-    clock: FakeClock
-    charges: Counter[str] = field(default_factory=Counter)
-    calls: Counter[str] = field(default_factory=Counter)
-    done: dict[str, dict[str, Any]] = field(default_factory=dict)  # by key, for replays
-    running: set[Job] = field(default_factory=set)
-    peak: int = 0
-    violations: list[str] = field(default_factory=list)
-    #: works a killed process left a call of running that floodway cannot look up or replay
+    #: works a call of which ran on unseen, at a provider without keys nor look-up
     unknowable: set[str] = field(default_factory=set)
     #: works a manual retry asked to run again after such a call
     retried_by_hand: Counter[str] = field(default_factory=Counter)
-    calls_survive: bool = False
-    serial: int = 0
 
-    def start(self, kind: str, ctx: Context) -> Job:
-        task = ctx.task
-        work = work_of(kind, task.tenant, task.input)
-        key = ctx.work_key
-        behaviour = KINDS[kind]
-        if behaviour.honours_keys:
-            for job in self.running:
-                if job.key == key:  # joined to the job in flight: nothing more is billed
-                    return job
-        for job in self.running:
-            if job.work == work:
-                self.violations.append(f"two calls of {work} at once")
-        self.calls[work] += 1
-        fails = self.calls[work] <= int(task.input.get("fails", 0))
-        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        job = Job(work, key, task.tenant, self.clock.now() + CALL_S, fails, answer)
-        self.running.add(job)
-        self.peak = max(self.peak, len(self.running))
-        if len(self.running) > CAP:
-            self.violations.append(f"{len(self.running)} calls in flight, cap {CAP}")
-        job.runner = asyncio.create_task(self._serve(job))
-        return job
-
-    async def _serve(self, job: Job) -> None:
-        try:
-            await self.clock.sleep(job.ends_at - self.clock.now())
-        finally:
-            self.running.discard(job)
-        if job.fails:
-            job.answer.set_exception(RetryableError("503 Service Unavailable", status=503))
-            return
-        self.charges[job.work] += 1
-        self.serial += 1
-        result = {"work": job.work, "tenant": job.tenant, "serial": self.serial}
-        self.done[job.key] = result
-        job.answer.set_result(result)
-
-    async def call(self, kind: str, ctx: Context) -> dict[str, Any]:
-        if KINDS[kind].honours_keys and ctx.work_key in self.done:
-            return self.done[ctx.work_key]  # a replay: not billed again
-        job = self.start(kind, ctx)
-        job.listeners += 1
-        try:
-            return await asyncio.shield(job.answer)
-        except asyncio.CancelledError:
-            job.listeners -= 1
-            if job.listeners == 0 and job.runner is not None and not self.calls_survive:
-                job.runner.cancel()  # the connection closed: the provider stops the call
-            raise
-
-    async def look_up(self, ctx: Context) -> dict[str, Any] | None:
-        return self.done.get(ctx.work_key)
+    def hung_up(self, ctx: Context, call: Call) -> None:
+        behaviour = KINDS[ctx.task.kind]
+        if not behaviour.honours_keys and not behaviour.lookup:
+            self.unknowable.add(call.work)
 
     def may_bill_again(self, work: str) -> int:
         """How many charges beyond the first a work may have: one for each manual retry that
@@ -184,6 +142,18 @@ class ChargingProvider:
         return 1 + self.retried_by_hand[work]
 
 
+def charging_provider(clock: FakeClock) -> ChargingProvider:
+    return ChargingProvider(
+        clock,
+        call_s=call_s,
+        price=PRICE,
+        honours_keys=lambda ctx: KINDS[ctx.task.kind].honours_keys,
+        cap=CAP,
+        work_of=model_work,
+        fails=first_calls_fail,
+    )
+
+
 def kind_handlers(provider: ChargingProvider, fw: Floodway) -> None:
     """Declare the model's kinds on ``fw``, each calling ``provider``."""
     for name, behaviour in KINDS.items():
@@ -191,8 +161,8 @@ def kind_handlers(provider: ChargingProvider, fw: Floodway) -> None:
             declare_job_kind(provider, fw, name)
             continue
 
-        async def handler(ctx: Context, value: Any, name: str = name) -> Any:
-            return await provider.call(name, ctx)
+        async def handler(ctx: Context, value: Any) -> Any:
+            return await provider.call(ctx)
 
         fw.kind(
             name,
@@ -213,7 +183,7 @@ def declare_job_kind(provider: ChargingProvider, fw: Floodway, name: str) -> Non
     async def handler(ctx: Context, value: Any) -> Any:
         if ctx.upstream_ref is None or ctx.upstream_ref not in provider.done:
             if not any(j.key == ctx.work_key for j in provider.running):
-                job = provider.start(name, ctx)
+                job = provider.start(ctx)
                 job.answer.add_done_callback(_consume)
             await ctx.set_upstream_ref(ctx.work_key)
         return Parked(ctx.work_key, ctx.now() + CALL_S / 2)
@@ -254,8 +224,12 @@ class Process:
     async def start(cls, database: str, clock: FakeClock, provider: ChargingProvider) -> Process:
         settings = Settings(
             database=database,
-            resources={"api": ResourceConfig(concurrency=CAP)},
-            tenants=TenantConfig(interactive_depth=0),
+            resources={
+                "api": ResourceConfig(concurrency=CAP, price=PriceConfig(per_request=PRICE))
+            },
+            tenants=TenantConfig(
+                interactive_depth=0, budget=BudgetConfig(amount=BUDGET, period=PERIOD_S)
+            ),
         )
         fw = Floodway(settings=settings, clock=clock)
         kind_handlers(provider, fw)
@@ -287,6 +261,7 @@ class Submit:
     lane: str
     keyed: bool
     deadline: float | None
+    slow: bool
 
 
 SUBMITS = st.builds(
@@ -298,6 +273,7 @@ SUBMITS = st.builds(
     lane=st.sampled_from(["background", "interactive"]),
     keyed=st.booleans(),
     deadline=st.sampled_from([None, None, 2.0, 5.0]),
+    slow=st.sampled_from([False, False, False, True]),
 )
 
 
@@ -319,7 +295,7 @@ class LedgerModel(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.resources = AsyncExitStack()
         self.clock = FakeClock()
-        self.provider = ChargingProvider(self.clock)
+        self.provider = charging_provider(self.clock)
         self.tasks: dict[str, Submitted] = {}
         self.keys: dict[tuple[str, str], str] = {}  # (tenant, request key) -> task id
         self.database = self.run(self._database())
@@ -357,8 +333,14 @@ class LedgerModel(RuleBasedStateMachine):
         self._submit(one)
 
     def _submit(self, one: Submit) -> None:
-        value = {"n": one.n, "fails": one.fails}
-        key = f"{one.kind}-{one.n}-{one.fails}-{one.deadline}-{one.lane}" if one.keyed else None
+        value: dict[str, Any] = {"n": one.n, "fails": one.fails}
+        if one.slow:
+            value["slow"] = True
+        key = (
+            f"{one.kind}-{one.n}-{one.fails}-{one.slow}-{one.deadline}-{one.lane}"
+            if one.keyed
+            else None
+        )
         try:
             task = self.run(
                 self.fw.submit(
@@ -370,7 +352,7 @@ class LedgerModel(RuleBasedStateMachine):
                     deadline_s=one.deadline,
                 )
             )
-        except AdmissionRefused:
+        except (AdmissionRefused, BudgetExceeded):
             return  # not accepted: nothing to keep
         if key is not None:  # the same request key, the same task
             assert self.keys.setdefault((one.tenant, key), task.id) == task.id
@@ -386,14 +368,14 @@ class LedgerModel(RuleBasedStateMachine):
     def kill_and_restart(self, calls_survive: bool, downtime: float) -> None:
         process, self.process = self.process, None
         assert process is not None
-        self.provider.calls_survive = calls_survive
         if calls_survive:
             for job in self.provider.running:
                 kind = job.work.split("/", 1)[0]
                 if not KINDS[kind].honours_keys and not KINDS[kind].lookup:
                     self.provider.unknowable.add(job.work)
+        else:  # the provider went down with the process's connections: nothing billed
+            self.provider.stop_all()
         self.run(process.kill())
-        self.provider.calls_survive = False
         self.run(self.clock.advance(downtime))
         self.process = self.run(self._start())
 
@@ -403,6 +385,19 @@ class LedgerModel(RuleBasedStateMachine):
         task_id = data.draw(st.sampled_from(sorted(self.tasks)))
         with contextlib.suppress(IllegalTransition):  # it had ended
             self.run(self.fw.cancel(task_id))
+        self.run(settle())
+
+    @rule(tenant=st.sampled_from(TENANTS))
+    def cancel_a_batch(self, tenant: str) -> None:
+        """Every unfinished task of a tenant cancelled in one go, waiting ones first, as the
+        cancel of a batch does: none of them may be sent after its cancel landed."""
+        tasks = self.run(self.fw.list_tasks(TaskQuery(tenant=tenant, limit=1000)))
+        ordered = sorted(
+            (t for t in tasks if not t.terminal), key=lambda t: t.status is Status.RUNNING
+        )
+        for task in ordered:
+            with contextlib.suppress(IllegalTransition):
+                self.run(self.fw.cancel(task.id))
         self.run(settle())
 
     @precondition(lambda self: self.tasks)
@@ -454,6 +449,36 @@ class LedgerModel(RuleBasedStateMachine):
             assert charged <= allowed, f"{work} billed {charged} times"
 
     @invariant()
+    def the_ledger_never_says_less_than_the_bill(self) -> None:
+        """What the ledger spent and still holds covers what the provider billed, at every
+        step (an attempt nobody saw end holds its estimate until it is recorded)."""
+        if self.process is None:
+            return
+        spent, held = self.run(self._spend())
+        assert spent + held >= self._billed() - 1e-9, (spent, held, self._billed())
+
+    @invariant()
+    def no_budget_is_passed(self) -> None:
+        if self.process is None:
+            return
+        for tenant in TENANTS:
+            use = self.run(self.fw.budget_use(tenant, 0.0))
+            assert use.spent + use.held <= BUDGET + 1e-9, (tenant, use)
+
+    def _billed(self) -> float:
+        """What the provider billed for calls whose spend the ledger records (an upstream
+        job's is not a call floodway reads the bill of)."""
+        charges = self.provider.charges
+        return PRICE * sum(n for work, n in charges.items() if not work.startswith("job/"))
+
+    async def _spend(self) -> tuple[float, float]:
+        """What the ledger spent on calls it reads the bill of, and what every task holds."""
+        report = await self.fw.spend(SpendQuery(since=0.0))
+        spent = sum(line.cost for line in report.lines if line.kind != "job")
+        held = sum([(await self.fw.budget_use(t, 0.0)).held for t in TENANTS])
+        return spent, held
+
+    @invariant()
     def nothing_lost_nor_crossing_a_tenant(self) -> None:
         if self.process is None:
             return
@@ -491,10 +516,12 @@ class LedgerModel(RuleBasedStateMachine):
             self.loop.close()
 
     async def _drain_and_check(self) -> None:
-        """Let time pass until every task has ended and the provider is idle: nothing lost."""
+        """Let time pass until every task and its attempt have ended and the provider is idle:
+        nothing lost, nothing held, and the ledger records at least what the provider billed."""
         for _ in range(400):
             tasks = await self.fw.list_tasks(TaskQuery(limit=1000))
-            if all(t.terminal for t in tasks) and not self.provider.running:
+            ended = all(t.terminal and t.lease_token is None for t in tasks)  # attempts too
+            if ended and not self.provider.running:
                 break
             await self.clock.advance(5.0)
         tasks = await self.fw.list_tasks(TaskQuery(limit=1000))
@@ -513,6 +540,8 @@ class LedgerModel(RuleBasedStateMachine):
                 assert task.result is not None, f"{task.status.value} without a result: {task}"
         self.provider_saw_no_violation()
         self.no_work_billed_twice()
+        spent, held = await self._spend()
+        assert held == 0 and spent >= self._billed() - 1e-9, (spent, self._billed())
 
 
 class SqliteModel(LedgerModel):

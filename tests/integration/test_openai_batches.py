@@ -4,6 +4,7 @@ on SQLite and PostgreSQL, and what another tenant cannot see."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
@@ -13,6 +14,7 @@ import psycopg
 import pytest
 from openai.types import Batch
 
+from floodway.config import ResourceConfig
 from harness.fleet import PG_URL, fresh_database
 from harness.openai_fake import FakeOpenAI
 from tests.integration.conftest import StartApi, eventually
@@ -136,6 +138,51 @@ async def test_a_cancelled_batch_ends_with_every_request_accounted_for(
     )
     assert {line["error"]["code"] for line in errors} == {"batch_cancelled"}
     assert len(front.fake.billed) < 60
+
+
+async def test_a_batch_cancelled_mid_run_keeps_the_cap_and_answers_what_was_billed(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    """``floodway serve`` on SQLite, a resource capped at 10: 100 lines, cancelled once 20 are
+    answered. No queued line reaches the provider after the cancel, the provider never runs
+    more than 10, the lines running at the cancel are read to their end, and every line the
+    provider billed is in the output file (none in the error file as ``batch_cancelled``)."""
+    fake = FakeOpenAI(latency_s=0.3)
+    front = await start_front(
+        start_api,
+        api_stack,
+        fake=fake,
+        resources={"openai": ResourceConfig(concurrency=10)},
+        kind_options={"resource": "openai"},
+    )
+    client = front.sdk()
+    uploaded = await client.files.create(
+        file=("many.jsonl", _jsonl([f"n{i}" for i in range(100)])), purpose="batch"
+    )
+    batch = await client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+
+    async def twenty_billed() -> bool:
+        return len(fake.billed) >= 20
+
+    await eventually(twenty_billed, timeout=30)
+    await client.batches.cancel(batch.id)
+    ended = await _until_ended(client, batch.id)
+    assert ended.status == "cancelled"
+    output = await _lines(client, ended.output_file_id)
+    errors = await _lines(client, ended.error_file_id)
+    assert sorted(line["custom_id"] for line in output + errors) == sorted(
+        f"req-{i}" for i in range(100)
+    )
+    assert fake.peak_in_flight <= 10
+    assert len(fake.billed) < 40  # what ran or was running at the cancel, no more
+    billed = Counter(bill.key for bill in fake.billed)
+    assert max(billed.values()) == 1
+    fw = front.server.fw
+    answered = {(await fw.get(line["response"]["request_id"])).work_key for line in output}
+    assert answered == set(billed)  # each billed line answered, each answered line billed
+    assert {line["error"]["code"] for line in errors} == {"batch_cancelled"}
 
 
 async def test_another_tenants_files_and_batches_do_not_exist_for_it(

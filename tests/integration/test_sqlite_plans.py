@@ -19,7 +19,6 @@ BY_INDEX = {
     "inherit_urgency": "tasks_waiters",
     "resolve_waiters": "tasks_waiters",
     "first_waiter": "tasks_waiters",
-    "has_waiters": "tasks_waiters",
     "repoint_waiters": "tasks_waiters",
     "claim_ids": "sqlite_autoindex_tasks_1",
     "past_deadline": "tasks_deadlines",

@@ -50,6 +50,7 @@ SELECT * FROM openai_batches b
 WHERE status IN ('in_progress', 'cancelling')
   AND NOT EXISTS (
     SELECT 1 FROM tasks t
-    WHERE t.batch_id = b.id AND t.status NOT IN ('succeeded', 'deduped', 'failed', 'dead',
-                                                 'timeout', 'cancelled'))
+    WHERE t.batch_id = b.id
+      AND (t.status NOT IN ('succeeded', 'deduped', 'failed', 'dead', 'timeout', 'cancelled')
+           OR t.lease_token IS NOT NULL))  -- a call still read to its end (core/hangup.py)
 ORDER BY id LIMIT %(limit)s;

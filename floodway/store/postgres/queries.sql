@@ -211,9 +211,6 @@ SELECT id, tenant, owner FROM resolved ORDER BY seq;
 SELECT id, tenant FROM tasks WHERE waits_for = %(waits_for)s AND status = 'queued'
 ORDER BY seq LIMIT 1 FOR UPDATE;
 
--- name: has_waiters
-SELECT id FROM tasks WHERE waits_for = %(id)s AND status = 'queued' LIMIT 1;
-
 -- name: promote_waiter
 UPDATE tasks SET waits_for = NULL, duplicate_of = NULL, next_attempt_at = %(now)s,
     updated_at = %(now)s
@@ -268,6 +265,7 @@ WITH picked AS MATERIALIZED (
 ), claimed AS (
     UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = %(owner)s,
         lease_token = %(token)s, lease_expires_at = %(expires_at)s, attempt_at = %(now)s,
+        call_ends_by = %(now)s + (%(bounds)s::jsonb ->> kind)::double precision,
         started_at = COALESCE(started_at, %(now)s), updated_at = %(now)s
     WHERE seq = ANY(ARRAY(SELECT seq FROM picked))
     RETURNING *
@@ -282,6 +280,7 @@ SELECT * FROM claimed;
 WITH claimed AS (
     UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = %(owner)s,
         lease_token = %(token)s, lease_expires_at = %(expires_at)s, attempt_at = %(now)s,
+        call_ends_by = %(now)s + (%(bounds)s::jsonb ->> kind)::double precision,
         started_at = COALESCE(started_at, %(now)s), updated_at = %(now)s
     WHERE id = ANY(%(ids)s::text[])
       AND status IN ('queued', 'retrying') AND waits_for IS NULL
@@ -385,13 +384,15 @@ UPDATE tasks SET lease_owner = NULL, lease_expires_at = %(until)s, updated_at = 
 WHERE id = %(id)s AND lease_token = %(token)s;
 
 -- All the leases of one heartbeat in one statement; the ones not returned are lost.
+-- A task that ended under its lease (cancelled or past its deadline mid-call) is reported as
+-- cancelled: its handler may stop; its call is read to its end either way.
 -- name: heartbeat
 WITH held AS (SELECT * FROM json_to_recordset(%(rows)s::json) AS (id text, token text))
 UPDATE tasks SET lease_expires_at = %(expires_at)s, updated_at = %(now)s
 FROM held
 WHERE tasks.id = ANY(ARRAY(SELECT id FROM held))
   AND tasks.id = held.id AND tasks.lease_token = held.token AND tasks.lease_owner IS NOT NULL
-RETURNING tasks.id, tasks.cancel_requested;
+RETURNING tasks.id, tasks.cancel_requested OR tasks.status <> 'running' AS cancel_requested;
 
 -- name: set_upstream_ref
 UPDATE tasks SET upstream_ref = %(ref)s, updated_at = %(now)s
@@ -564,17 +565,17 @@ SELECT (SELECT COALESCE(sum(cost), 0) FROM spend WHERE tenant = %(tenant)s AND a
            AS spent,
        (SELECT COALESCE(sum(spend_hold), 0) FROM tasks
         WHERE tenant = %(tenant)s AND spend_hold > 0
-          AND status IN ('queued', 'running', 'retrying')) AS held;
+          AND (status IN ('queued', 'running', 'retrying') OR lease_token IS NOT NULL)) AS held;
 
 -- name: insert_spend
 INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images,
-                   over_estimate, tier, tier_saved)
+                   over_estimate, tier, tier_saved, possibly)
 SELECT t.id, t.tenant, t.kind, %(at)s, g.cost, g.input_tokens, g.output_tokens, g.images,
-       greatest(0, g.cost - t.spend_hold), g.tier, g.tier_saved
+       greatest(0, g.cost - t.spend_hold), g.tier, g.tier_saved, g.possibly
 FROM json_to_recordset(%(rows)s::json) AS g(
         task_id text, cost double precision, input_tokens double precision,
         output_tokens double precision, images double precision, tier text,
-        tier_saved double precision)
+        tier_saved double precision, possibly boolean)
 JOIN tasks t ON t.id = g.task_id;
 
 -- name: note_over_estimate

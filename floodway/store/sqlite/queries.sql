@@ -128,9 +128,6 @@ RETURNING id, tenant, duplicate_of;
 SELECT id, tenant FROM tasks WHERE waits_for = :waits_for AND +status = 'queued'
 ORDER BY seq LIMIT 1;
 
--- name: has_waiters
-SELECT id FROM tasks WHERE waits_for = :id AND +status = 'queued' LIMIT 1;
-
 -- name: promote_waiter
 UPDATE tasks SET waits_for = NULL, duplicate_of = NULL, next_attempt_at = :now, updated_at = :now
 WHERE id = :id;
@@ -169,6 +166,7 @@ ORDER BY t.lane_rank, t.seq;
 -- name: claim_next
 UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = :owner,
     lease_token = :token, lease_expires_at = :expires_at, attempt_at = :now,
+    call_ends_by = :now + (SELECT b.value FROM json_each(:bounds) AS b WHERE b.key = kind),
     started_at = COALESCE(started_at, :now), updated_at = :now
 WHERE seq IN (
     -- INDEXED BY: walk the queue in dispatch order and stop at LIMIT; left to itself the
@@ -183,6 +181,7 @@ RETURNING *;
 -- name: claim_ids
 UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = :owner,
     lease_token = :token, lease_expires_at = :expires_at, attempt_at = :now,
+    call_ends_by = :now + (SELECT b.value FROM json_each(:bounds) AS b WHERE b.key = kind),
     started_at = COALESCE(started_at, :now), updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND +status IN ('queued', 'retrying') AND waits_for IS NULL  -- by id, not the status index
@@ -231,13 +230,15 @@ RETURNING status, tenant, fingerprint;
 UPDATE tasks SET lease_owner = NULL, lease_expires_at = :until, updated_at = :now
 WHERE id = :id AND lease_token = :token;
 
--- All the leases of one heartbeat in one statement; the ones not returned are lost.
+-- All the leases of one heartbeat in one statement; the ones not returned are lost. A task
+-- that ended under its lease (cancelled or past its deadline mid-call) is reported as
+-- cancelled: its handler may stop; its call is read to its end either way.
 -- name: heartbeat
 UPDATE tasks SET lease_expires_at = :expires_at, updated_at = :now
 FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token
       FROM json_each(:rows)) AS held
 WHERE tasks.id = held.id AND tasks.lease_token = held.token AND tasks.lease_owner IS NOT NULL
-RETURNING id, cancel_requested;
+RETURNING id, cancel_requested OR status <> 'running' AS cancel_requested;
 
 -- name: set_upstream_ref
 UPDATE tasks SET upstream_ref = :ref, updated_at = :now
@@ -405,15 +406,16 @@ SELECT (SELECT COALESCE(sum(cost), 0) FROM spend WHERE tenant = :tenant AND at >
            AS spent,
        (SELECT COALESCE(sum(spend_hold), 0) FROM tasks
         WHERE tenant = :tenant AND spend_hold > 0
-          AND status IN ('queued', 'running', 'retrying')) AS held;
+          AND (status IN ('queued', 'running', 'retrying') OR lease_token IS NOT NULL)) AS held;
 
 -- name: insert_spend
 INSERT INTO spend (task_id, tenant, kind, at, cost, input_tokens, output_tokens, images,
-                   over_estimate, tier, tier_saved)
+                   over_estimate, tier, tier_saved, possibly)
 SELECT t.id, t.tenant, t.kind, :at, json_extract(g.value, '$.cost'),
        json_extract(g.value, '$.input_tokens'), json_extract(g.value, '$.output_tokens'),
        json_extract(g.value, '$.images'), max(0, json_extract(g.value, '$.cost') - t.spend_hold),
-       json_extract(g.value, '$.tier'), json_extract(g.value, '$.tier_saved')
+       json_extract(g.value, '$.tier'), json_extract(g.value, '$.tier_saved'),
+       json_extract(g.value, '$.possibly')
 FROM json_each(:rows) AS g JOIN tasks t ON t.id = json_extract(g.value, '$.task_id');
 
 -- name: note_over_estimate

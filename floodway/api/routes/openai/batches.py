@@ -173,8 +173,8 @@ async def cancel_batch(batch_id: str, tenant: Tenant, state: State) -> dict[str,
     if batch.status == "completed":
         raise ApiProblem(409, "batch-ended", f"batch {batch.id} has completed already")
     if await fw.openai_records.cancel_openai_batch(batch.id, tenant, fw.clock.now()):
-        # Waiting ones first: a running call cancelled frees its slot, which a waiting task
-        # of the batch would otherwise take before its own cancel came.
+        # Waiting ones first: none of them is sent once its cancel landed. A running one's
+        # call is read to its end, and its slot taken until then (core/hangup.py).
         tasks = await BatchEnder(fw.runtime).tasks(batch)
         for task in sorted(tasks, key=lambda t: t.status is Status.RUNNING):
             if not task.terminal:

@@ -1,0 +1,208 @@
+"""The hang-up rule (floodway/core/hangup.py), against a provider that bills what it computed
+whether or not floodway still listens (harness/billing.py), on SQLite and PostgreSQL.
+
+Each test is one way floodway stops waiting for a call it sent: a timeout, a cancel while the
+call runs, a deadline mid-call. Before the rule, each paid again, let more calls run at the
+provider than the cap, or let a tenant spend past its budget with the ledger saying less than
+the provider billed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from floodway import BudgetExceeded, Floodway, Settings, Status, Task
+from floodway.config import BudgetConfig, PriceConfig, ResourceConfig, TenantConfig
+from floodway.store.base import TaskQuery
+from floodway.testing import FakeClock, settle
+from harness.billing import BillingProvider
+from harness.pg import fresh_schema, postgres_unavailable, schema_url
+
+PRICE = 0.125  # per call (a binary fraction: sums of it are exact)
+CALL_S = 3.0  # what the provider takes
+TIMEOUT_S = 2.0  # what floodway waits
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'hangup.db'}"
+        return
+    if (reason := postgres_unavailable()) is not None:
+        pytest.skip(reason)
+    async with fresh_schema() as schema:
+        yield schema_url(schema)
+
+
+def settings(database: str, *, cap: int = 4, budget: float | None = None) -> Settings:
+    return Settings(
+        database=database,
+        resources={"api": ResourceConfig(concurrency=cap, price=PriceConfig(per_request=PRICE))},
+        tenants=TenantConfig(
+            interactive_depth=0,
+            budget=None if budget is None else BudgetConfig(amount=budget, period="1d"),
+        ),
+    )
+
+
+@asynccontextmanager
+async def running(
+    database: str,
+    clock: FakeClock,
+    provider: BillingProvider,
+    *,
+    cap: int = 4,
+    budget: float | None = None,
+    **kind: object,
+) -> AsyncIterator[Floodway]:
+    fw = Floodway(settings=settings(database, cap=cap, budget=budget), clock=clock)
+    kind.setdefault("timeout", TIMEOUT_S)
+    fw.kind("gen", resource="api", deadline=None, **kind)(provider.call)  # type: ignore[arg-type]
+    try:
+        async with fw.worker(concurrency=2 * cap, grace_s=0):
+            yield fw
+    finally:
+        await fw.close()
+
+
+async def run_for(clock: FakeClock, seconds: float, step: float = 0.25) -> None:
+    for _ in range(int(seconds / step)):
+        await clock.advance(step)
+        await settle()
+
+
+async def everything(fw: Floodway) -> list[Task]:
+    return await fw.list_tasks(TaskQuery(limit=1000))
+
+
+async def spent(fw: Floodway) -> float:
+    """What the ledger recorded as spent (possibly billed included)."""
+    return (await fw.budget_use("default", 0.0)).spent
+
+
+async def test_a_timeout_never_pays_again_nor_passes_the_cap(
+    database: str, clock: FakeClock
+) -> None:
+    """A provider slower than the timeout, without keys: each piece of work is billed once,
+    the provider never runs more than the cap, every task ends ``timeout`` saying its billing
+    is unknown, and the ledger records what the provider billed."""
+    provider = BillingProvider(clock, call_s=CALL_S, price=PRICE, cap=4)
+    async with running(database, clock, provider, max_attempts=3) as fw:
+        for i in range(12):
+            await fw.submit("gen", {"i": i})
+        await settle()
+        await run_for(clock, 60)
+        tasks = await everything(fw)
+        assert provider.violations == []
+        assert provider.peak == 4
+        assert max(provider.charges.values()) == 1 and len(provider.charges) == 12
+        assert {t.status for t in tasks} == {Status.TIMEOUT}
+        assert all(t.error is not None and "billing unknown" in t.error.message for t in tasks)
+        assert all(t.lease_token is None for t in tasks)  # every attempt closed since
+        assert await spent(fw) == pytest.approx(provider.billed)
+
+
+async def test_a_timeout_to_a_provider_that_honours_keys_retries_under_the_same_key(
+    database: str, clock: FakeClock
+) -> None:
+    """With keys the retry goes out at once and joins the call still running: one charge, a
+    success, and the retry takes the slot its own first call holds (never above the cap)."""
+    provider = BillingProvider(clock, call_s=CALL_S, price=PRICE, cap=4, honours_keys=True)
+    async with running(database, clock, provider, max_attempts=3, idempotent=True) as fw:
+        for i in range(8):
+            await fw.submit("gen", {"i": i})
+        await settle()
+        await run_for(clock, 40)
+        tasks = await everything(fw)
+        assert provider.violations == []
+        assert {t.status for t in tasks} == {Status.SUCCEEDED}
+        assert sum(provider.charges.values()) == 8
+        assert await spent(fw) == pytest.approx(provider.billed)
+
+
+async def test_retry_timeouts_resends_only_once_the_first_call_could_have_ended(
+    database: str, clock: FakeClock
+) -> None:
+    """A kind that opts in pays again, knowingly; but the resend never runs beside the call it
+    replaces, so the cap holds and no work has two calls at once."""
+    provider = BillingProvider(clock, call_s=CALL_S, price=PRICE, cap=2)
+    async with running(database, clock, provider, cap=2, max_attempts=2, retry_timeouts=True) as fw:
+        for i in range(3):
+            await fw.submit("gen", {"i": i})
+        await settle()
+        await run_for(clock, 60)
+        tasks = await everything(fw)
+        assert provider.violations == []
+        assert {t.status for t in tasks} == {Status.DEAD}  # both attempts timed out
+        assert set(provider.charges.values()) == {2}
+        assert await spent(fw) >= provider.billed - 1e-9
+
+
+async def test_a_cancel_reads_the_running_call_to_its_end_and_records_its_bill(
+    database: str, clock: FakeClock
+) -> None:
+    """Cancelled while its call runs: the task ends ``cancelled`` at once, the call is read to
+    its end, its bill recorded and its answer kept; the slot is taken until then, so no queued
+    task reaches the provider beside it."""
+    provider = BillingProvider(clock, call_s=CALL_S, price=PRICE, cap=2)
+    async with running(database, clock, provider, cap=2, timeout=10.0) as fw:
+        first = [await fw.submit("gen", {"i": i}) for i in range(2)]
+        await settle()
+        await run_for(clock, 1)
+        queued = await fw.submit("gen", {"i": 9})
+        for task in first:
+            assert (await fw.cancel(task.id)).status is Status.CANCELLED
+        await run_for(clock, 1)
+        assert provider.in_flight == 2 and provider.violations == []
+        assert (await fw.get(queued.id)).status is Status.QUEUED  # the slots are still taken
+        await run_for(clock, 6)
+        for task in first:
+            done = await fw.get(task.id)
+            assert done.status is Status.CANCELLED and done.lease_token is None
+            assert done.result is not None  # the provider's answer, kept for the work
+        assert (await fw.get(queued.id)).status is Status.SUCCEEDED
+        assert sum(provider.charges.values()) == 3
+        assert await spent(fw) == pytest.approx(provider.billed)
+
+
+@pytest.mark.parametrize("how", ["cancel", "deadline"])
+async def test_a_budget_cannot_be_walked_past_by_cancels_or_deadlines(
+    database: str, clock: FakeClock, how: str
+) -> None:
+    """A budget of 10 calls, and room for more at the provider: submit to the budget, end
+    each task once it runs (a cancel, or a deadline of 0.5 s), submit new work again, three
+    rounds. The calls ended early still count until the provider has answered them: the
+    provider never bills past the budget, and the ledger never records less than it billed."""
+    provider = BillingProvider(clock, call_s=CALL_S, price=PRICE, cap=30)
+    budget = 10 * PRICE
+    deadline = 0.5 if how == "deadline" else None
+    async with running(database, clock, provider, cap=30, budget=budget, timeout=10.0) as fw:
+        for round in range(3):
+            accepted = []
+            for i in range(20):
+                value = {"round": round, "i": i}
+                try:
+                    accepted.append(await fw.submit("gen", value, deadline_s=deadline))
+                except BudgetExceeded:
+                    break
+            await settle()
+            await run_for(clock, 1)
+            if how == "cancel":
+                for task in accepted:
+                    if (await fw.get(task.id)).status is Status.RUNNING:
+                        await fw.cancel(task.id)
+            await run_for(clock, 0.5)
+            assert provider.billed <= budget + 1e-9
+            assert await spent(fw) >= provider.billed - 1e-9
+        await run_for(clock, 10)
+        ended_early = Status.CANCELLED if how == "cancel" else Status.TIMEOUT
+        assert ended_early in {t.status for t in await everything(fw)}
+        assert provider.violations == []
+        assert provider.billed <= budget + 1e-9
+        assert await spent(fw) == pytest.approx(provider.billed)
+        use = await fw.budget_use("default", 0.0)
+        assert use.held == 0
