@@ -317,20 +317,9 @@ class Runtime:
         write of the job and its first steps' tasks under the tenant's budget."""
         settings = self.settings.jobs
         spec = parse_job(request.steps, self.kinds, settings.max_steps, settings.max_items)
-        try:
-            lane = Lane(request.lane)
-        except ValueError:
-            raise InvalidInput(
-                f"lane must be 'interactive' or 'background', not {request.lane!r}"
-            ) from None
-        check_deadline(request.deadline_s)
-        if request.metadata is not None:
-            try:
-                check_input(request.metadata)
-            except InvalidInput as exc:
-                raise InvalidInput(f"metadata: {exc}") from None
-        if gate is not None and request.callback_url is not None:
-            check_callback_host(request.callback_url, gate.callback_hosts)
+        lane = checked_envelope(
+            request.lane, request.deadline_s, request.metadata, request.callback_url, gate
+        )
         now = self.clock.now()
         job = Job(
             id=new_id(now, prefix=JOB_PREFIX.removesuffix("_")),
@@ -406,21 +395,10 @@ class Runtime:
         spec = self.kinds.get(request.kind)
         value = request.input
         check_input(value)
-        try:
-            lane = Lane(request.lane)
-        except ValueError:
-            raise InvalidInput(
-                f"lane must be 'interactive' or 'background', not {request.lane!r}"
-            ) from None
+        lane = checked_envelope(
+            request.lane, request.deadline_s, request.metadata, request.callback_url, gate
+        )
         check_attempts(request.max_attempts)
-        check_deadline(request.deadline_s)
-        if request.metadata is not None:
-            try:
-                check_input(request.metadata)
-            except InvalidInput as exc:
-                raise InvalidInput(f"metadata: {exc}") from None
-        if gate is not None and request.callback_url is not None:
-            check_callback_host(request.callback_url, gate.callback_hosts)
         try:
             cost = spec.estimate(value)
         except Exception as exc:
@@ -525,3 +503,27 @@ class TaskLines:
 
     async def set_tier(self, tier: str) -> None:
         await self.records.set_tier(self.task.id, tier)
+
+
+def checked_envelope(
+    lane: str,
+    deadline_s: float | None,
+    metadata: object,
+    callback_url: str | None,
+    gate: Gate | None,
+) -> Lane:
+    """What a task's and a job's submit check alike: the lane (returned as a :class:`Lane`),
+    the deadline, the metadata as JSON and, through an API's gate, the callback's host."""
+    try:
+        checked = Lane(lane)
+    except ValueError:
+        raise InvalidInput(f"lane must be 'interactive' or 'background', not {lane!r}") from None
+    check_deadline(deadline_s)
+    if metadata is not None:
+        try:
+            check_input(metadata)
+        except InvalidInput as exc:
+            raise InvalidInput(f"metadata: {exc}") from None
+    if gate is not None and callback_url is not None:
+        check_callback_host(callback_url, gate.callback_hosts)
+    return checked

@@ -6,16 +6,16 @@ decisions are rules of :mod:`floodway.store.rules` (``submit_job``, ``advance_jo
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from floodway.core.jobs import Job, JobState, JobStatus
 from floodway.core.spend import Budget
 from floodway.store import rules
+from floodway.store.access import LedgerAccess
 from floodway.store.base import JobPlanner, TaskChange
 from floodway.store.rows import job_from_row, job_state_from
-from floodway.store.steps import Row, Rule, count
+from floodway.store.steps import Rule, count
 
 T = TypeVar("T")
 
@@ -53,25 +53,10 @@ class JobRecords(Protocol):
     async def job_callback_result(self, job_id: str, state: str, next_at: float | None) -> None: ...
 
 
-class LedgerJobs(ABC):
+class LedgerJobs(LedgerAccess):
     """:class:`JobRecords` over a ledger's reads and writes."""
 
     _planner: JobPlanner | None = None
-
-    @abstractmethod
-    async def _one(self, query: str, /, **params: Any) -> Row | None: ...
-
-    @abstractmethod
-    async def _all(self, query: str, /, **params: Any) -> list[Row]: ...
-
-    @abstractmethod
-    async def _write(
-        self,
-        rule: Callable[[list[TaskChange]], Rule[T]],
-        *,
-        wake: bool = False,
-        merge: rules.Submission | None = None,
-    ) -> T: ...
 
     def plan_jobs(self, planner: JobPlanner) -> None:
         self._planner = planner

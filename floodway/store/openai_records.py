@@ -7,16 +7,14 @@ over the same two backends' primitives as the task verbs."""
 from __future__ import annotations
 
 import json
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from floodway.core.task import NewTask, Submitted
 from floodway.store import rules
+from floodway.store.access import LedgerAccess
 from floodway.store.base import OpenAIBatch, StoredFile, TaskChange
 from floodway.store.steps import Row, Rule, count
-
-T = TypeVar("T")
 
 
 class OpenAIRecords(Protocol):
@@ -70,23 +68,8 @@ class OpenAIRecords(Protocol):
         ...
 
 
-class LedgerOpenAIRecords(ABC):
+class LedgerOpenAIRecords(LedgerAccess):
     """:class:`OpenAIRecords` over a ledger's reads and writes."""
-
-    @abstractmethod
-    async def _one(self, query: str, /, **params: Any) -> Row | None: ...
-
-    @abstractmethod
-    async def _all(self, query: str, /, **params: Any) -> list[Row]: ...
-
-    @abstractmethod
-    async def _write(
-        self,
-        rule: Callable[[list[TaskChange]], Rule[T]],
-        *,
-        wake: bool = False,
-        merge: rules.Submission | None = None,
-    ) -> T: ...
 
     async def put_file(self, file: StoredFile, content: bytes) -> None:
         await self._write(lambda _: _insert_file(file, content))

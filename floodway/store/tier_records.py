@@ -12,18 +12,15 @@ batch by its tag, never by creating another."""
 from __future__ import annotations
 
 import json
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from floodway.core.task import new_id
 from floodway.core.tiers import BATCH_ENDED, CREATING, SENT, BatchLine, LineResult
-from floodway.store import rules
+from floodway.store.access import LedgerAccess
 from floodway.store.base import TaskChange
 from floodway.store.steps import Row, Rule, all_rows, count
-
-T = TypeVar("T")
 
 ENDED = BATCH_ENDED
 
@@ -97,23 +94,8 @@ class TierRecords(Protocol):
         ...
 
 
-class LedgerTierRecords(ABC):
+class LedgerTierRecords(LedgerAccess):
     """:class:`TierRecords` over a ledger's reads and writes."""
-
-    @abstractmethod
-    async def _one(self, query: str, /, **params: Any) -> Row | None: ...
-
-    @abstractmethod
-    async def _all(self, query: str, /, **params: Any) -> list[Row]: ...
-
-    @abstractmethod
-    async def _write(
-        self,
-        rule: Callable[[list[TaskChange]], Rule[T]],
-        *,
-        wake: bool = False,
-        merge: rules.Submission | None = None,
-    ) -> T: ...
 
     async def add_line(
         self,
