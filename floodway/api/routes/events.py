@@ -3,8 +3,9 @@ terminal one, which carries the task as ``GET /v1/tasks/{id}`` answers it (its r
 no second request).
 
 The stream is woken by this process's change hub the moment a status is written here; a slow
-re-check covers writes by other processes (workers elsewhere in a fleet). ``Last-Event-ID``
-resumes after the last event a client saw.
+re-check covers writes by other processes (workers elsewhere in a fleet). An event's id is its
+place among the task's own events (1, 2, 3...), never the ledger's global order, which would
+tell a tenant how much every other tenant did meanwhile; ``Last-Event-ID`` resumes after it.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 EVENT_STREAM = "text/event-stream"
 
 
-def format_event(event: TaskEvent, ended: Task | None = None) -> str:
-    """One ``status`` event; the last of a stream (``ended``) also holds the task's body."""
+def format_event(event: TaskEvent, place: int, ended: Task | None = None) -> str:
+    """One ``status`` event, the task's ``place``-th; the last of a stream (``ended``) also
+    holds the task's body."""
     at = timestamp(event.at)
     data: dict[str, object] = {
         "task_id": event.task_id,
@@ -45,15 +47,19 @@ def format_event(event: TaskEvent, ended: Task | None = None) -> str:
     }
     if ended is not None:
         data["task"] = task_json(ended)
-    return f"id: {event.seq}\nevent: status\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+    return f"id: {place}\nevent: status\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
 async def status_stream(
-    fw: Floodway, task_id: str, after_seq: int, recheck_s: float
+    fw: Floodway, task_id: str, after: int, recheck_s: float
 ) -> AsyncIterator[str]:
+    """The task's events after its ``after``-th."""
     hub = fw.runtime.hub
     changed = hub.watch(task_id)
     try:
+        already = (await fw.events(task_id, 0))[:after] if after else []
+        after_seq = already[-1].seq if already else 0
+        place = len(already)
         while True:
             changed.clear()  # before reading, so a write during the read wakes us again
             batch = await fw.events(task_id, after_seq)
@@ -74,8 +80,8 @@ async def status_stream(
                         return
                     ended = task
             for event in batch:
-                after_seq = event.seq
-                yield format_event(event, ended if event is batch[-1] else None)
+                after_seq, place = event.seq, place + 1
+                yield format_event(event, place, ended if event is batch[-1] else None)
             if ended is not None:
                 return
             if not await event_set_within(changed, recheck_s):
@@ -120,7 +126,7 @@ async def task_events(
     resume = last_event_id or ""
     after = int(resume) if resume.isascii() and resume.isdigit() else 0
     return StreamingResponse(
-        status_stream(fw, task_id, min(after, 2**62), state.sse_recheck_s),
+        status_stream(fw, task_id, min(after, 2**31), state.sse_recheck_s),
         media_type=EVENT_STREAM,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
