@@ -23,6 +23,7 @@ from floodway.store.base import TaskQuery
 from floodway.testing import FakeClock
 from floodway.wire.signing import WebhookSignatureError, sign, verify
 from floodway.worker.callbacks import Applied, apply_callback
+from tests.integration.conftest import eventually
 
 SCHEMA = {"type": "object", "required": ["url"]}
 
@@ -252,6 +253,11 @@ async def test_a_fallback_past_the_tenant_s_budget_is_not_submitted_and_work_goe
         async with fw, fw.worker(concurrency=2):
             first = await fw.wait((await fw.submit("strict", {"n": 1})).id, timeout=30)
             second = await fw.wait((await fw.submit("strict", {"n": 2})).id, timeout=30)
+
+            async def refused() -> bool:  # the outbox submits a fallback after the write
+                return "fallback of " + first.id + " not submitted" in caplog.text
+
+            await eventually(refused)
         await aclose_kinds(fw.kinds)
     assert first.status is second.status is Status.FAILED  # the worker went on after the first
     assert "fallback of " + first.id + " not submitted" in caplog.text
