@@ -85,8 +85,14 @@ async def test_a_tenant_sees_the_limits_its_kinds_use_and_only_its_own_use(
     await server.fw.wait(first, timeout=20)
 
     async def held_back() -> bool:
-        view = (await a.get("/v1/stats")).json()
-        return bool(view["resources"].get("llm", {}).get("held_back_by"))
+        """Until an admission pass after the slot's hand-off has counted what each tenant has
+        queued (the passes before it counted while the slot changed hands)."""
+        for http in (a, b):
+            view = (await http.get("/v1/stats")).json()
+            held = view["resources"].get("llm", {}).get("held_back_by")
+            if held != {"concurrency": view["tasks"]["queued"]}:
+                return False
+        return True
 
     await eventually(held_back)
     seen_by_a = (await a.get("/v1/stats")).json()
