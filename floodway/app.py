@@ -410,7 +410,8 @@ class Floodway:
             runtime.hub.unwatch(task_id, event)
 
     async def cancel(self, task_id: str, *, tenant: str | None = None) -> Task:
-        """Cancel: queued/retrying at once; running gets the abort signal."""
+        """Cancel at once; a running task's call, sent already, is read to its end, recorded
+        and billed, its slot held until then (the handler sees ``ctx.cancelled``)."""
         await self.open()
         task = await self.runtime.store.request_cancel(task_id, tenant, self.clock.now())
         for worker in self._workers:
@@ -463,8 +464,8 @@ class Floodway:
         return await self.runtime.jobs.list_jobs(tenant, status, after_seq, limit, descending)
 
     async def cancel_job(self, job_id: str, *, tenant: str | None = None) -> dict[str, Any]:
-        """End a running job: what has not been sent is cancelled, a call in flight gets the
-        abort signal (as :meth:`cancel`), and no further step starts."""
+        """End a running job: what has not been sent is cancelled, a call in flight is read
+        to its end and billed (as :meth:`cancel`), and no further step starts."""
         await self.open()
         asked = await self.runtime.jobs.cancel_job(job_id, tenant, self.clock.now())
         for worker in self._workers:

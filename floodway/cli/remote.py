@@ -125,7 +125,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def cancel(task_id: str, url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = None) -> None:
-        """Cancel a task (running ones get the abort signal)."""
+        """Cancel a task (a running one's call is read to its end and billed)."""
         show(call(url, api_key, lambda c: c.cancel(task_id)))
 
     @app.command()

@@ -178,8 +178,8 @@ async def get_job(job_id: str, tenant: Tenant, state: State) -> Response:
     "/{job_id}", response_model=JobOut, summary="Cancel a job", responses=problems(401, 404, 409)
 )
 async def cancel_job(job_id: str, tenant: Tenant, state: State) -> Response:
-    """Its tasks not yet sent are cancelled; one in flight gets the abort signal (as a task's
-    cancel); no further step starts. Ended already: 409."""
+    """Its tasks not yet sent are cancelled; one in flight is cancelled as a task's cancel
+    does (its call read to its end and billed); no further step starts. Ended already: 409."""
     return json_response(await state.fw.cancel_job(_checked(job_id), tenant=tenant))
 
 

@@ -156,8 +156,9 @@ async def get_task(task_id: str, tenant: Tenant, state: State) -> TaskOut:
     "/{task_id}", response_model=TaskOut, summary="Cancel a task", responses=problems(401, 404, 409)
 )
 async def cancel_task(task_id: str, tenant: Tenant, state: State) -> TaskOut:
-    """Queued or retrying: cancelled at once. Running: the handler gets the abort signal and
-    the task shows ``running`` until it stops. Already terminal: 409."""
+    """Queued or retrying: cancelled at once. Running: cancelled at once too, while its call,
+    sent already, is read to its end, recorded and billed (the provider bills it all the
+    same), and its provider slot stays taken until then. Already terminal: 409."""
     return task_out(await state.fw.cancel(checked_id(task_id), tenant=tenant))
 
 

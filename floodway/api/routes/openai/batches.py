@@ -166,8 +166,8 @@ async def list_batches(
 
 @router.post("/batches/{batch_id}/cancel")
 async def cancel_batch(batch_id: str, tenant: Tenant, state: State) -> dict[str, Any]:
-    """Queued and retrying requests are cancelled at once, running ones get the abort signal
-    (a call that succeeds meanwhile is kept in the output); ``cancelled`` once all ended."""
+    """Queued and retrying requests are cancelled at once; running ones are read to their end
+    (an answered line is billed and kept in the output); ``cancelled`` once all ended."""
     fw = state.fw
     batch = await _found(state, batch_id, tenant)
     if batch.status == "completed":
