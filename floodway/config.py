@@ -323,7 +323,8 @@ class KindOptions(_Strict):
         description="does the provider honour Idempotency-Key (a resubmission replays the "
         "work instead of billing it again)? Then the work of a worker that died mid-call is "
         "resubmitted at once; otherwise it fails as interrupted. Default: true for simulated "
-        "(the simulator honours it), false for http and openai (not every provider does)",
+        "(the simulator honours it), false for http and openai (not every provider does); an "
+        "anthropic kind is never idempotent (Anthropic takes no key)",
         json_schema_extra=_for("http", "simulated", "openai"),
     )
 
@@ -331,8 +332,8 @@ class KindOptions(_Strict):
 class KindConfig(_Strict):
     """``[kinds.NAME]``: a kind declared in the config, run by an adapter."""
 
-    adapter: Literal["http", "openai", "simulated", "python"] = Field(
-        "python", description="what runs the task: http | openai | simulated | python"
+    adapter: Literal["http", "openai", "anthropic", "simulated", "python"] = Field(
+        "python", description="what runs the task: http | openai | anthropic | simulated | python"
     )
     resource: str | None = Field(
         None, description="the [resources.NAME] whose limits it counts against"
@@ -366,7 +367,7 @@ class KindConfig(_Strict):
     headers: dict[str, str] = Field(
         default_factory=dict,
         description="extra request headers; ${ENV} is replaced by that environment variable",
-        json_schema_extra=_for("http", "simulated", "openai"),
+        json_schema_extra=_for("http", "simulated", "openai", "anthropic"),
     )
     status_field: str = Field(
         "status", description="a job's status field", json_schema_extra=_for(*HTTP_LIKE)
@@ -395,13 +396,14 @@ class KindConfig(_Strict):
     )
     base_url: str | None = Field(
         None,
-        description="the API's base URL (default https://api.openai.com/v1)",
-        json_schema_extra=_for("openai"),
+        description="the API's base URL (default: openai https://api.openai.com/v1, "
+        "anthropic https://api.anthropic.com)",
+        json_schema_extra=_for("openai", "anthropic"),
     )
     api_key_env: str | None = Field(
         None,
         description="the environment variable that holds the API key",
-        json_schema_extra=_for("openai"),
+        json_schema_extra=_for("openai", "anthropic"),
     )
     endpoint: Literal["chat", "embeddings", "images", "responses"] = Field(
         "chat",
@@ -411,7 +413,7 @@ class KindConfig(_Strict):
     model: str | None = Field(
         None,
         description="the model, when the input names none",
-        json_schema_extra=_for("openai"),
+        json_schema_extra=_for("openai", "anthropic"),
     )
     models: list[str] = Field(
         default_factory=list,
@@ -424,14 +426,16 @@ class KindConfig(_Strict):
         ge=1,
         description="the output tokens a request that bounds none (max_tokens, "
         "max_completion_tokens, max_output_tokens) is estimated at, per answer; unset: its "
-        "model's published limit (docs/spend.md)",
-        json_schema_extra=_for("openai"),
+        "model's published limit (docs/spend.md). anthropic: the max_tokens a request that "
+        "sets none is sent with (the API requires one); unset, such a request is refused",
+        json_schema_extra=_for("openai", "anthropic"),
     )
     cost: str | None = Field(
         None,
         description='the cost estimate: "tokens", "chars" or "fixed:N"; unset: the '
-        "adapter's own (openai: by endpoint; simulated: tokens; http: none)",
-        json_schema_extra=_for("http", "simulated", "openai"),
+        "adapter's own (openai: by endpoint; anthropic: prompt + max_tokens; simulated: tokens; "
+        "http: none)",
+        json_schema_extra=_for("http", "simulated", "openai", "anthropic"),
     )
     price: PriceConfig | None = Field(
         None,
@@ -483,27 +487,28 @@ class KindConfig(_Strict):
         description='the provider tiers its tasks may be sent on: "sync", "flex" (OpenAI\'s '
         'service_tier), "batch" (the provider\'s batch API); each task takes the cheapest that '
         "meets its deadline (docs/spend.md)",
-        json_schema_extra=_for("openai"),
+        json_schema_extra=_for("openai", "anthropic"),
     )
     turnaround: dict[Tier, Duration] = Field(
         default_factory=dict,
         description="how long a call on each tier is expected to take, until floodway has "
         'measured it (defaults: sync = timeout, flex = "10m", batch = "1h")',
-        json_schema_extra=_for("openai"),
+        json_schema_extra=_for("openai", "anthropic"),
     )
     batch_max_lines: int = Field(
         50_000,
         ge=1,
         le=50_000,
-        description="most tasks in one provider batch (OpenAI takes 50,000 a file)",
-        json_schema_extra=_for("openai"),
+        description="most tasks in one provider batch (OpenAI takes 50,000 a file, Anthropic "
+        "100,000 a batch)",
+        json_schema_extra=_for("openai", "anthropic"),
     )
     batch_max_age: Duration = Field(
         60.0,
         gt=0,
         description="a provider batch is sent once its oldest task waited this long (or it is "
         "full)",
-        json_schema_extra=_for("openai"),
+        json_schema_extra=_for("openai", "anthropic"),
     )
     options: dict[str, Any] = Field(
         default_factory=dict, description="adapter-specific extras: see [kinds.NAME.options]"
@@ -513,8 +518,12 @@ class KindConfig(_Strict):
     def _tiers(self) -> KindConfig:
         if "sync" not in self.tiers:
             raise ValueError('tiers must include "sync": interactive tasks and close deadlines')
-        if self.tiers != ["sync"] and self.adapter != "openai":
-            raise ValueError(f"tiers: flex and batch need the openai adapter, not {self.adapter!r}")
+        if self.tiers != ["sync"] and self.adapter not in ("openai", "anthropic"):
+            raise ValueError(
+                f"tiers: flex and batch need the openai or anthropic adapter, not {self.adapter!r}"
+            )
+        if "flex" in self.tiers and self.adapter == "anthropic":
+            raise ValueError('tiers: Anthropic has no flex tier (use "sync" and "batch")')
         if "batch" in self.tiers and self.endpoint == "images":
             raise ValueError("tiers: the Batch API does not run image generation")
         return self

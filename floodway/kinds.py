@@ -14,6 +14,7 @@ from floodway.core.hangup import Provider
 from floodway.core.task import GLOBAL_SCOPE, JSON, Lane, Task, fingerprint, tenant_scope
 from floodway.core.tiers import (
     LineResult,
+    SoughtBatch,
     Tier,
     Turnarounds,
     UpstreamView,
@@ -89,20 +90,17 @@ class BatchApi(Protocol):
     """A provider's batch API, for the provider batches of one kind (core/tiers.py)."""
 
     def line(self, custom_id: str, body: dict[str, object]) -> JSON:
-        """One request of the batch's input file."""
+        """One request of the batch (``custom_id``: its task's id)."""
         ...
 
-    async def upload(self, lines: list[JSON]) -> str:
-        """The input file uploaded: its id."""
+    async def create(self, lines: list[JSON], tag: str) -> UpstreamView:
+        """A provider batch of ``lines`` created (``tag``: floodway's id of it, which the
+        provider keeps where its API has a place for one)."""
         ...
 
-    async def create(self, file_id: str, tag: str) -> UpstreamView:
-        """A batch of the file created, carrying ``tag`` (floodway's id) in its metadata."""
-        ...
-
-    async def find(self, tag: str) -> UpstreamView | None:
-        """The batch created with ``tag``, if there is one (after a crash between its
-        creation and its record)."""
+    async def find(self, sought: SoughtBatch) -> list[UpstreamView]:
+        """The provider batches that may be the one created for ``sought`` (after a crash
+        between its creation and its record), the likeliest first."""
         ...
 
     async def retrieve(self, ref: str) -> UpstreamView: ...
@@ -112,7 +110,7 @@ class BatchApi(Protocol):
         ...
 
     async def results(self, view: UpstreamView) -> list[LineResult]:
-        """The lines an ended batch answered or failed (its output and error files)."""
+        """The lines an ended batch answered or failed."""
         ...
 
 

@@ -118,17 +118,30 @@ class BatchLine:
 
 @dataclass(frozen=True)
 class UpstreamView:
-    """A provider batch as the provider describes it."""
+    """A provider batch as the provider describes it, its status in OpenAI's words (an
+    adapter whose provider words it otherwise translates: see :data:`ENDED`)."""
 
     ref: str
     status: str
+    #: where its answered lines are read from (OpenAI: the output file; Anthropic: the
+    #: results URL) and its failed ones (OpenAI's error file)
     output_file: str | None = None
     error_file: str | None = None
-    tag: str | None = None  # the id floodway gave it (its metadata)
+    tag: str | None = None  # the id floodway gave it (its metadata, where it has any)
 
     @property
     def ended(self) -> bool:
         return self.status in ENDED
+
+
+@dataclass(frozen=True)
+class SoughtBatch:
+    """A provider batch whose row was written but whose provider id was not: what is known of
+    it to find it at the provider (its tag, its size, when its row was written)."""
+
+    tag: str
+    lines: int
+    packed_at: float
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,15 @@ Each round:
    faster tier.
 2. The queued lines of a kind and model are packed into a provider batch once they fill one
    (``batch_max_lines``) or the oldest has waited ``batch_max_age``. The batch's row and its
-   lines are written before the provider is asked (its id is the batch's metadata tag), then
-   the file is uploaded, the batch created and its provider id recorded.
+   lines are written before the provider is asked (its id is the batch's tag), then the
+   batch created and its provider id recorded.
 3. A batch whose row was written but whose provider id was not (a crash, or a create whose
-   answer was lost) is looked for at the provider by its tag, and created only if it is not
-   there: never two provider batches of the same lines.
+   answer was lost) is looked for at the provider (:meth:`~floodway.kinds.BatchApi.find`),
+   and created only if it is not there: never two provider batches of the same lines. A
+   provider batch another row recorded is never taken, and the rows are mended newest
+   first: batches are created one after another, each right after its row, so the one a
+   row made is the first unrecorded one created since, whether or not the provider keeps
+   its tag (Anthropic's does not).
 4. Each sent batch is polled (after a tenth of its age, from 1 s to 1 min). Once it ended,
    its output and error files are read and each line recorded (answered, or failed retryably
    or for good); lines the batch ended without are withdrawn. Its tasks are then due for
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import logging
 
-from floodway.core.tiers import CREATING
+from floodway.core.tiers import CREATING, SoughtBatch, UpstreamView
 from floodway.kinds import BatchApi, KindSpec
 from floodway.runtime import Runtime
 from floodway.store.tier_records import UpstreamBatch
@@ -55,7 +59,7 @@ class Batcher:
             return
         await self._withdraw_late(specs)
         await self._flush(specs)
-        for batch in await self.runtime.tier_records.open_batches():
+        for batch in _newest_creating_first(await self.runtime.tier_records.open_batches()):
             spec = specs.get(batch.kind)
             if spec is None:
                 continue
@@ -99,14 +103,18 @@ class Batcher:
     async def _send(self, spec: KindSpec, batch: UpstreamBatch, *, reconcile: bool) -> None:
         api = _api(spec)
         records = self.runtime.tier_records
-        view = await api.find(batch.id) if reconcile else None
+        view = await self._find(api, batch) if reconcile else None
         if view is None:
             lines = await records.batch_lines(batch.id)
-            file_id = await api.upload([api.line(line.task_id, line.body) for line in lines])
-            view = await api.create(file_id, batch.id)
+            view = await api.create([api.line(line.task_id, line.body) for line in lines], batch.id)
             self.created += 1
             self.lines_sent += len(lines)
         await records.sent(batch.id, view.ref, self.runtime.clock.now())
+
+    async def _find(self, api: BatchApi, batch: UpstreamBatch) -> UpstreamView | None:
+        found = await api.find(SoughtBatch(batch.id, batch.lines, batch.created_at))
+        taken = await self.runtime.tier_records.recorded([view.ref for view in found])
+        return next((view for view in found if view.ref not in taken), None)
 
     async def _follow(self, spec: KindSpec, batch: UpstreamBatch) -> None:
         now = self.runtime.clock.now()
@@ -132,6 +140,11 @@ class Batcher:
         self._looked.pop(batch.id, None)
         if view.status == "completed":
             spec.tiers.times.observe("batch", now - batch.created_at)
+
+
+def _newest_creating_first(batches: list[UpstreamBatch]) -> list[UpstreamBatch]:
+    creating = sorted((b for b in batches if b.state == CREATING), key=lambda b: -b.created_at)
+    return creating + [b for b in batches if b.state != CREATING]
 
 
 def _api(spec: KindSpec) -> BatchApi:

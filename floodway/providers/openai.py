@@ -83,14 +83,15 @@ def replays_when(endpoint: str) -> Callable[[JSON], bool] | None:
         return None
     if endpoint == "images":
         return _never
-    return _deterministic
+    return deterministic
 
 
 def _never(_: JSON) -> bool:
     return False
 
 
-def _deterministic(body: JSON) -> bool:
+def deterministic(body: JSON) -> bool:
+    """A request whose answer a new identical one may take (temperature 0, or a seed)."""
     if not isinstance(body, dict):
         return False
     return body.get("temperature") == 0 or body.get("seed") is not None

@@ -14,13 +14,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
-from floodway.core.errors import FatalError, RetryableError
+from floodway.core.errors import RetryableError
 from floodway.core.task import JSON
-from floodway.core.tiers import LineResult, UpstreamView
-from floodway.providers.base import SharedClient
-from floodway.providers.responses import error_for, token_split
+from floodway.core.tiers import LineResult, SoughtBatch, UpstreamView
+from floodway.providers.batch_http import BatchHttp, read_jsonl
+from floodway.providers.responses import token_split
 
 #: the metadata key that carries floodway's id of a provider batch
 TAG = "floodway_batch"
@@ -89,82 +87,64 @@ class OpenAIBatchApi:
     timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
-        self.http = SharedClient(self.timeout_s)
-        self.root = self.base_url.rstrip("/")
+        self.http = BatchHttp(self.base_url, self.headers, self.timeout_s)
 
     def line(self, custom_id: str, body: dict[str, object]) -> JSON:
         return {"custom_id": custom_id, "method": "POST", "url": self.path, "body": body}
 
-    async def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        what = f"{method} {self.root}{path}"
-        try:
-            response = await self.http.client.request(
-                method, self.root + path, headers=self.headers, **kwargs
-            )
-        except httpx.HTTPError as exc:
-            raise RetryableError(f"{what}: {type(exc).__name__}", type="connection") from exc
-        if not response.is_success:
-            raise error_for(response, 0.0, what)
-        return response
-
-    async def upload(self, lines: list[JSON]) -> str:
+    async def _upload(self, lines: list[JSON]) -> str:
         content = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
         files = {"file": ("floodway-batch.jsonl", content.encode(), "application/jsonl")}
-        response = await self._send("POST", "/files", data={"purpose": "batch"}, files=files)
+        response = await self.http.send("POST", "/files", data={"purpose": "batch"}, files=files)
         file_id = response.json().get("id")
         if not isinstance(file_id, str):
             raise RetryableError("the provider answered a file without an id", type="bad_file")
         return file_id
 
-    async def create(self, file_id: str, tag: str) -> UpstreamView:
+    async def create(self, lines: list[JSON], tag: str) -> UpstreamView:
+        """The lines uploaded as a file, and a batch of it created with ``tag`` in its
+        metadata."""
+        file_id = await self._upload(lines)
         body = {
             "input_file_id": file_id,
             "endpoint": self.path,
             "completion_window": "24h",
             "metadata": {TAG: tag},
         }
-        return _view((await self._send("POST", "/batches", json=body)).json())
+        return _view((await self.http.send("POST", "/batches", json=body)).json())
 
-    async def find(self, tag: str) -> UpstreamView | None:
+    async def find(self, sought: SoughtBatch) -> list[UpstreamView]:
+        """The batch whose metadata carries the sought tag (none or one)."""
         after: str | None = None
         for _ in range(FIND_PAGES):
             params: dict[str, Any] = {"limit": 100}
             if after is not None:
                 params["after"] = after
-            page = (await self._send("GET", "/batches", params=params)).json()
+            page = (await self.http.send("GET", "/batches", params=params)).json()
             data = page.get("data") if isinstance(page, dict) else None
             if not isinstance(data, list) or not data:
-                return None
+                return []
             for item in data:
                 view = _view(item)
-                if view.tag == tag:
-                    return view
+                if view.tag == sought.tag:
+                    return [view]
             if not page.get("has_more"):
-                return None
+                return []
             after = _view(data[-1]).ref
-        return None
+        return []
 
     async def retrieve(self, ref: str) -> UpstreamView:
-        return _view((await self._send("GET", f"/batches/{ref}")).json())
+        return _view((await self.http.send("GET", f"/batches/{ref}")).json())
 
     async def cancel(self, ref: str) -> UpstreamView:
-        return _view((await self._send("POST", f"/batches/{ref}/cancel")).json())
+        return _view((await self.http.send("POST", f"/batches/{ref}/cancel")).json())
 
     async def results(self, view: UpstreamView) -> list[LineResult]:
         found: list[LineResult] = []
         for file_id in (view.output_file, view.error_file):
-            if not file_id:
-                continue
-            text = (await self._send("GET", f"/files/{file_id}/content")).text
-            for raw in text.splitlines():
-                if not raw.strip():
-                    continue
-                try:
-                    result = read_line(json.loads(raw))
-                except ValueError:
-                    raise FatalError(f"{self.name}: file {file_id} is not JSONL") from None
-                if result is not None:
-                    found.append(result)
+            if file_id:
+                text = (await self.http.send("GET", f"/files/{file_id}/content")).text
+                found += read_jsonl(text, read_line, f"{self.name}: file {file_id}")
         return found
 
     async def aclose(self) -> None:

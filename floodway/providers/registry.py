@@ -1,4 +1,5 @@
-"""Kinds declared in configuration with ``adapter = "http" | "openai" | "simulated"``.
+"""Kinds declared in configuration with ``adapter = "http" | "openai" | "anthropic" |
+"simulated"``.
 
 ``build_provider_kind`` turns one ``[kinds.NAME]`` table into a :class:`KindSpec`:
 
@@ -7,6 +8,8 @@
 - ``simulated``: the http adapter pointed at a simulator (``url`` = its base URL or its
   ``/generate``); polling, cancel and lookup default to the simulator's routes.
 - ``openai``: ``base_url``, ``api_key_env``, ``endpoint``, ``model``.
+- ``anthropic``: ``base_url``, ``api_key_env``, ``model``, ``max_output_tokens`` (the
+  ``max_tokens`` a request without one is sent with).
 
 ``options``: :class:`floodway.config.KindOptions` (docs/configuration.md lists them).
 
@@ -14,7 +17,8 @@
 resubmitting the work of a worker that died mid-call replays it instead of billing it again?)
 defaults to True only for ``simulated`` kinds, whose simulator does: a provider floodway knows
 nothing of is not trusted with a resubmission. Set ``options.idempotent = true`` for one that
-honours the key.
+honours the key. An ``anthropic`` kind never is: Anthropic takes no key and has no look-up,
+so it declares neither (a call floodway hung up on is not sent again).
 
 Every adapter holds one pooled HTTP client; close them with :func:`aclose_kinds` when the
 ``Floodway`` closes.
@@ -34,6 +38,8 @@ from floodway.core.task import JSON
 from floodway.core.tiers import turnarounds
 from floodway.core.upstream import PollSchedule, first_poll_after
 from floodway.kinds import Handler, JobPoller, KindRegistry, KindSpec, Lookup, TierPlan
+from floodway.providers.anthropic import BASE_URL, AnthropicAdapter, anthropic_estimate
+from floodway.providers.anthropic_batch import AnthropicBatchApi
 from floodway.providers.base import (
     Adapter,
     AdapterHandler,
@@ -43,7 +49,7 @@ from floodway.providers.base import (
 )
 from floodway.providers.cost import cost_rule, generic_tokens, openai_estimate
 from floodway.providers.http import HttpAdapter, HttpRoutes, JobFields
-from floodway.providers.openai import OpenAIAdapter, replays_when
+from floodway.providers.openai import OpenAIAdapter, deterministic, replays_when
 from floodway.providers.openai_batch import OpenAIBatchApi
 from floodway.providers.tiers import LinePoller, TieredHandler, line_schedule
 from floodway.wire.openai import ENDPOINT_PATHS
@@ -67,6 +73,10 @@ def build_provider_kind(name: str, cfg: KindConfig) -> KindSpec:
         adapter = _openai(name, cfg, headers, where)
         idempotent = bool(options.idempotent)
         replays = None if cfg.dedupe == "always" else replays_when(cfg.endpoint)
+    elif cfg.adapter == "anthropic":
+        adapter = _anthropic(name, cfg, headers, where)
+        idempotent = False
+        replays = None if cfg.dedupe == "always" else deterministic
     elif cfg.adapter in ("http", "simulated"):
         http = _http(name, cfg, options, headers, where)
         adapter = http
@@ -82,8 +92,8 @@ def build_provider_kind(name: str, cfg: KindConfig) -> KindSpec:
     plan = TierPlan()
     close: Callable[[], Awaitable[None]] = adapter.aclose
     poll_max_attempts = cfg.poll_max_attempts
-    if isinstance(adapter, OpenAIAdapter) and cfg.tiers != ["sync"]:
-        batch = _openai_batches(name, cfg, adapter) if "batch" in cfg.tiers else None
+    if isinstance(adapter, OpenAIAdapter | AnthropicAdapter) and cfg.tiers != ["sync"]:
+        batch = _batches(name, cfg, adapter) if "batch" in cfg.tiers else None
         plan = TierPlan(
             offered=tuple(cfg.tiers),
             times=turnarounds(cfg.timeout, cfg.turnaround),
@@ -121,7 +131,11 @@ def build_provider_kind(name: str, cfg: KindConfig) -> KindSpec:
     )
 
 
-def _openai_batches(name: str, cfg: KindConfig, adapter: OpenAIAdapter) -> OpenAIBatchApi:
+def _batches(
+    name: str, cfg: KindConfig, adapter: OpenAIAdapter | AnthropicAdapter
+) -> OpenAIBatchApi | AnthropicBatchApi:
+    if isinstance(adapter, AnthropicAdapter):
+        return AnthropicBatchApi(name, adapter.root, adapter.api_headers, cfg.timeout)
     headers = dict(adapter.headers)
     if adapter.api_key:
         headers["Authorization"] = f"Bearer {adapter.api_key}"
@@ -239,13 +253,7 @@ def _simulator_routes(cfg: KindConfig) -> HttpRoutes:
 
 
 def _openai(name: str, cfg: KindConfig, headers: dict[str, str], where: str) -> OpenAIAdapter:
-    key = None
-    if cfg.api_key_env:
-        key = os.environ.get(cfg.api_key_env)
-        if not key:
-            raise ConfigError(
-                f"{where}.api_key_env: environment variable {cfg.api_key_env} is unset"
-            )
+    key = _api_key(cfg, where)
     worst_case = openai_estimate(cfg.endpoint, cfg.model, cfg.max_output_tokens)
     return OpenAIAdapter(
         name=name,
@@ -256,4 +264,27 @@ def _openai(name: str, cfg: KindConfig, headers: dict[str, str], where: str) -> 
         headers=headers,
         timeout_s=cfg.timeout,
         cost=cost_rule(cfg.cost, worst_case, f"{where}.cost"),
+    )
+
+
+def _api_key(cfg: KindConfig, where: str) -> str | None:
+    if not cfg.api_key_env:
+        return None
+    key = os.environ.get(cfg.api_key_env)
+    if not key:
+        raise ConfigError(f"{where}.api_key_env: environment variable {cfg.api_key_env} is unset")
+    return key
+
+
+def _anthropic(name: str, cfg: KindConfig, headers: dict[str, str], where: str) -> AnthropicAdapter:
+    default = anthropic_estimate(cfg.max_output_tokens)
+    return AnthropicAdapter(
+        name=name,
+        base_url=cfg.base_url or BASE_URL,
+        api_key=_api_key(cfg, where),
+        model=cfg.model,
+        max_tokens=cfg.max_output_tokens,
+        headers=headers,
+        timeout_s=cfg.timeout,
+        cost=cost_rule(cfg.cost, default, f"{where}.cost"),
     )

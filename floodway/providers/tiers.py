@@ -2,9 +2,10 @@
 tier :meth:`~floodway.kinds.TierPlan.choose` picks.
 
 - **sync**: the adapter's call.
-- **flex**: the same call with ``service_tier = "flex"``, billed at the batch price. A 429 of
-  flex's (the provider has no capacity now) is sent again at once on the sync tier when the
-  deadline leaves no room to wait for flex; otherwise it is retried like any 429.
+- **flex** (OpenAI's): the same call with ``service_tier = "flex"``, billed at the batch
+  price. A 429 of flex's (the provider has no capacity now) is sent again at once on the sync
+  tier when the deadline leaves no room to wait for flex; otherwise it is retried like any
+  429.
 - **batch**: the request becomes the task's line in the ledger (``ctx.lines``) and the task is
   parked on it, without a provider slot. The batcher (floodway/maintenance/tier_batches.py)
   packs lines into provider batches, polls them and records each line's answer; the task's
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from floodway.context import Context
 from floodway.core.errors import FatalError, RetryableError
@@ -25,8 +27,7 @@ from floodway.core.task import JSON
 from floodway.core.tiers import BatchLine, Tier
 from floodway.core.upstream import JobView, PollSchedule
 from floodway.kinds import TierPlan
-from floodway.providers.base import Finished
-from floodway.providers.openai import OpenAIAdapter
+from floodway.providers.base import Adapter, Finished
 
 #: a parked line's task is polled at least this often (its batch's end wakes it sooner)
 LINE_POLL_MAX_GAP_S = 600.0
@@ -48,9 +49,16 @@ def take_line(ctx: Context, line: BatchLine) -> JSON:
     return line.result
 
 
+class TierAdapter(Adapter, Protocol):
+    """An adapter whose calls may go on a provider's tiers: its request body is what a batch
+    line holds (the openai and anthropic adapters)."""
+
+    def request_body(self, value: JSON) -> dict[str, Any]: ...
+
+
 @dataclass
 class TieredHandler:
-    adapter: OpenAIAdapter
+    adapter: TierAdapter
     plan: TierPlan
 
     async def __call__(self, ctx: Context, value: JSON) -> JSON | Parked:
@@ -89,7 +97,7 @@ class TieredHandler:
 
     async def _call(self, ctx: Context, value: JSON) -> JSON:
         answer = await self.adapter.submit(ctx, value)
-        assert isinstance(answer, Finished)  # OpenAI's calls answer at once
+        assert isinstance(answer, Finished)  # a tiered provider's calls answer at once
         return answer.result
 
     async def _flex(self, ctx: Context, value: JSON) -> JSON:

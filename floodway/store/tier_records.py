@@ -5,9 +5,9 @@ use; every ledger keeps them (:class:`LedgerTierRecords`), over the same two bac
 primitives as the task verbs.
 
 A provider batch's row is written, with its lines assigned to it, before the provider is
-asked to create it (``pack``): its id is the tag the provider batch carries in its metadata,
-so a crash between the provider's "created" and the row's "sent" is mended by finding the
-batch by its tag, never by creating another."""
+asked to create it (``pack``): its id is the provider batch's tag, so a crash between the
+provider's "created" and the row's "sent" is mended by finding the batch
+(floodway/maintenance/tier_batches.py says how), never by creating another."""
 
 from __future__ import annotations
 
@@ -80,6 +80,10 @@ class TierRecords(Protocol):
     async def batch_lines(self, batch_id: str) -> list[BatchLine]: ...
 
     async def sent(self, batch_id: str, provider_id: str, now: float) -> bool: ...
+
+    async def recorded(self, provider_ids: Sequence[str]) -> set[str]:
+        """Which of these provider batch ids a row of the ledger holds."""
+        ...
 
     async def end_batch(
         self, batch_id: str, results: Sequence[LineResult], now: float
@@ -165,6 +169,12 @@ class LedgerTierRecords(LedgerAccess):
         params = {"id": batch_id, "provider_id": provider_id, "now": now, "sent": SENT,
                   "creating": CREATING}  # fmt: skip
         return bool(await self._write(lambda _: count("sent_upstream_batch", **params)))
+
+    async def recorded(self, provider_ids: Sequence[str]) -> set[str]:
+        if not provider_ids:
+            return set()
+        rows = await self._all("recorded_provider_ids", ids=list(provider_ids))
+        return {str(r["provider_id"]) for r in rows}
 
     async def end_batch(
         self, batch_id: str, results: Sequence[LineResult], now: float

@@ -18,6 +18,7 @@ from floodway import Floodway, Settings, Status, Task
 from floodway.core.backoff import Backoff
 from floodway.core.errors import RetryableError
 from floodway.core.retry import RetryPolicy
+from floodway.core.task import JSON
 from floodway.core.tiers import UpstreamView
 from floodway.maintenance.loop import Maintenance
 from floodway.providers.openai_batch import OpenAIBatchApi
@@ -216,8 +217,8 @@ async def test_a_batch_created_upstream_but_not_recorded_is_found_by_its_tag_nev
         assert isinstance(api, OpenAIBatchApi)
         create = api.create
 
-        async def answer_lost(file_id: str, tag: str) -> UpstreamView:
-            await create(file_id, tag)  # the provider made it; floodway never hears so
+        async def answer_lost(lines: list[JSON], tag: str) -> UpstreamView:
+            await create(lines, tag)  # the provider made it; floodway never hears so
             raise RetryableError("POST /batches: ReadTimeout", type="connection")
 
         monkeypatch.setattr(api, "create", answer_lost)

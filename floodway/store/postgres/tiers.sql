@@ -51,6 +51,9 @@ SELECT * FROM upstream_batches WHERE state IN (%(creating)s, %(sent)s) ORDER BY 
 UPDATE upstream_batches SET state = %(sent)s, provider_id = %(provider_id)s, sent_at = %(now)s
 WHERE id = %(id)s AND state = %(creating)s;
 
+-- name: recorded_provider_ids
+SELECT provider_id FROM upstream_batches WHERE provider_id = ANY(%(ids)s::text[]);
+
 -- name: end_line
 UPDATE upstream_lines SET state = %(state)s, result = %(result)s::text, input_tokens = %(input_tokens)s,
     output_tokens = %(output_tokens)s, error = %(error)s::text, error_type = %(error_type)s::text, fatal = %(fatal)s::boolean,

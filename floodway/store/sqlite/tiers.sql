@@ -51,6 +51,10 @@ SELECT * FROM upstream_batches WHERE state IN (:creating, :sent) ORDER BY create
 UPDATE upstream_batches SET state = :sent, provider_id = :provider_id, sent_at = :now
 WHERE id = :id AND state = :creating;
 
+-- name: recorded_provider_ids
+SELECT provider_id FROM upstream_batches
+WHERE provider_id IN (SELECT value FROM json_each(:ids));
+
 -- name: end_line
 UPDATE upstream_lines SET state = :state, result = :result, input_tokens = :input_tokens,
     output_tokens = :output_tokens, error = :error, error_type = :error_type, fatal = :fatal,
