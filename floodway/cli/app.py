@@ -266,12 +266,18 @@ def simulate(
     openai: Annotated[
         bool, typer.Option("--openai", help="an OpenAI-compatible API under /v1 instead")
     ] = False,
+    anthropic: Annotated[
+        bool,
+        typer.Option("--anthropic", help="Anthropic's Messages and Message Batches APIs instead"),
+    ] = False,
     chunk_ms: Annotated[
         float, typer.Option("--chunk-ms", help="--openai: gap between streamed events")
     ] = 0.0,
     batch_hold_ms: Annotated[
         float,
-        typer.Option("--batch-hold-ms", help="--openai: how long a Batch API batch takes"),
+        typer.Option(
+            "--batch-hold-ms", help="--openai, --anthropic: how long a provider batch takes"
+        ),
     ] = 0.0,
 ) -> None:
     """Run a fake AI provider over HTTP (limits, faults, async jobs, a charge ledger)."""
@@ -300,13 +306,16 @@ def simulate(
     except ValidationError as exc:
         fail(f"simulator options: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")
     sock = listen_or_fail(host, port)
-    what = (
-        f"OpenAI-compatible provider[/] on http://{host}:{port}/v1"
-        if openai
-        else (f"provider[/] on http://{host}:{port}")
-    )
+    if openai and anthropic:
+        fail("simulator options: --openai and --anthropic are two providers: pick one")
+    if anthropic:
+        what = f"Anthropic provider[/] on http://{host}:{port} (/v1/messages)"
+    elif openai:
+        what = f"OpenAI-compatible provider[/] on http://{host}:{port}/v1"
+    else:
+        what = f"provider[/] on http://{host}:{port}"
     console.print(f"[green]simulated {what} (GET /ledger, GET /stats)")
-    run_simulator_blocking(cfg, host, port, sock=sock, openai=openai)
+    run_simulator_blocking(cfg, host, port, sock=sock, openai=openai, anthropic=anthropic)
 
 
 @app.command()

@@ -13,11 +13,11 @@ Each round:
    batch created and its provider id recorded.
 3. A batch whose row was written but whose provider id was not (a crash, or a create whose
    answer was lost) is looked for at the provider (:meth:`~floodway.kinds.BatchApi.find`),
-   and created only if it is not there: never two provider batches of the same lines. A
-   provider batch another row recorded is never taken, and the rows are mended newest
-   first: batches are created one after another, each right after its row, so the one a
-   row made is the first unrecorded one created since, whether or not the provider keeps
-   its tag (Anthropic's does not).
+   and created only if it is not there: never two provider batches of the same lines. While
+   such a row waits, no other batch is created (a failed create ends the round's packing
+   too), so it is the ledger's only row without a provider id and the batch it made, if
+   any, the only unrecorded one created since it was packed: the first candidate no row
+   recorded is it, whether or not the provider keeps its tag (Anthropic's does not).
 4. Each sent batch is polled (after a tenth of its age, from 1 s to 1 min). Once it ended,
    its output and error files are read and each line recorded (answered, or failed retryably
    or for good); lines the batch ended without are withdrawn. Its tasks are then due for
@@ -58,8 +58,9 @@ class Batcher:
         if not specs:
             return
         await self._withdraw_late(specs)
-        await self._flush(specs)
-        for batch in _newest_creating_first(await self.runtime.tier_records.open_batches()):
+        if not await self._mending(specs):
+            await self._flush(specs)
+        for batch in await self.runtime.tier_records.open_batches():
             spec = specs.get(batch.kind)
             if spec is None:
                 continue
@@ -79,6 +80,12 @@ class Batcher:
             late = await records.queued_due(spec.name, now - room)
             await records.withdraw_queued([line.task_id for line in late], now)
 
+    async def _mending(self, specs: dict[str, KindSpec]) -> bool:
+        """A batch's row waits to be mended (its provider id unrecorded): no other batch is
+        created until it is, so that it is the only unrecorded one (see step 3)."""
+        batches = await self.runtime.tier_records.open_batches()
+        return any(b.state == CREATING and b.kind in specs for b in batches)
+
     async def _flush(self, specs: dict[str, KindSpec]) -> None:
         records = self.runtime.tier_records
         for pool in await records.pools():
@@ -97,8 +104,9 @@ class Batcher:
                 left -= plan.max_lines
                 try:
                     await self._send(spec, batch, reconcile=False)
-                except Exception as exc:  # its row stays "creating": reconciled next round
+                except Exception as exc:  # its row stays "creating": mended next round
                     log.warning("provider batch %s of %s not sent: %s", batch.id, pool.kind, exc)
+                    return
 
     async def _send(self, spec: KindSpec, batch: UpstreamBatch, *, reconcile: bool) -> None:
         api = _api(spec)
@@ -140,11 +148,6 @@ class Batcher:
         self._looked.pop(batch.id, None)
         if view.status == "completed":
             spec.tiers.times.observe("batch", now - batch.created_at)
-
-
-def _newest_creating_first(batches: list[UpstreamBatch]) -> list[UpstreamBatch]:
-    creating = sorted((b for b in batches if b.state == CREATING), key=lambda b: -b.created_at)
-    return creating + [b for b in batches if b.state != CREATING]
 
 
 def _api(spec: KindSpec) -> BatchApi:

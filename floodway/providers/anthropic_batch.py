@@ -8,18 +8,19 @@ Its ``processing_status`` is read in OpenAI's words, as the batcher reads every 
 asked for, ``expired`` when lines expired, else ``completed``.
 
 An Anthropic batch has no metadata: after a crash between its creation and its record it is
-found among the account's batches listed newest first, as one of the row's size (its
+found among the account's batches, listed newest first, as one of the row's size (its
 ``request_counts`` add up to the row's lines) created since the row was packed (less
-:data:`CLOCK_SKEW_S`, the provider's clock being another host's). The batcher takes the
-oldest such batch no other row recorded, mending rows newest first
-(floodway/maintenance/tier_batches.py): exact while floodway's batches are the only ones made
-with the key (give it a workspace of its own). A result line whose custom_id is no line of
-the batch's row is ignored, so a batch wrongly taken answers none of its lines: they go on a
-faster tier.
+:data:`CLOCK_SKEW_S`: the provider's clock is another host's). The batcher takes the oldest
+such batch no row of the ledger recorded; while a row waits to be mended it creates no other
+batch (floodway/maintenance/tier_batches.py), so that batch is the row's own as long as
+floodway's ledger is the only one creating batches with the key (give it a workspace of its
+own). A result line whose custom_id is no line of the row is ignored, so a batch wrongly
+taken answers none of its lines: they go on a faster tier.
 
 A line ``succeeded`` is a result (billed, at the batch price); ``errored`` with an
-``invalid_request_error`` is fatal (the same request fails again), any other error, a
-``canceled`` or an ``expired`` line is retryable (none of them is billed).
+``invalid_request_error`` is fatal (the same request fails again), with any other error
+retryable. A ``canceled`` or ``expired`` line is one the batch ended without, as an OpenAI
+batch's missing line is: withdrawn, its task sent on a faster tier (neither is billed).
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def _view(body: Any) -> UpstreamView:
 
 
 def read_line(line: Any) -> LineResult | None:
-    """One line of a batch's results (None: not a line about a request)."""
+    """One line of a batch's results (None: not a line about a request, or one the batch
+    ended without answering)."""
     if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
         return None
     custom_id = line["custom_id"]
@@ -104,10 +106,7 @@ def read_line(line: Any) -> LineResult | None:
             error_type=str(error_type or "batch_line_errored"),
             fatal=error_type in FATAL_LINE_ERRORS,
         )  # fmt: skip
-    ended = str(kind or "unknown")
-    return LineResult(
-        custom_id, False, error=f"the batch line ended {ended}", error_type=f"batch_line_{ended}"
-    )
+    return None  # canceled or expired: one the batch ended without
 
 
 @dataclass

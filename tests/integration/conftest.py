@@ -26,6 +26,7 @@ from floodway.config import (
     TenantConfig,
 )
 from floodway.testing import SimulatedProvider
+from harness.pg import fresh_schema, postgres_unavailable, schema_url
 
 #: outbound webhooks retried fast, so tests wait on events, never on long sleeps
 FAST_CALLBACKS = CallbacksConfig(max_attempts=8, backoff=0.01, max_backoff=0.05)
@@ -124,3 +125,15 @@ async def api(start_api: StartApi) -> ApiServer:
 @pytest.fixture
 async def http(api: ApiServer) -> httpx.AsyncClient:
     return await api.client()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def ledger_url(request: pytest.FixtureRequest, db_url: str) -> AsyncIterator[str]:
+    """The test's ledger on each backend (PostgreSQL: a fresh schema, dropped after)."""
+    if request.param == "sqlite":
+        yield db_url
+        return
+    if (down := postgres_unavailable()) is not None:
+        pytest.skip(down)
+    async with fresh_schema() as schema:
+        yield schema_url(schema)

@@ -1,6 +1,6 @@
-"""The batch tier end to end: a Floodway with a worker and its maintenance, on a fake clock
-shared with the simulator's Batch API (served over HTTP), so batches held for hours finish in
-moments. Counts and money are asserted, never timings."""
+"""The batch tier end to end on OpenAI's Batch API (tests/integration/tier_rig.py: a fake
+clock shared with the simulator, so batches held for hours finish in moments). Counts and
+money are asserted, never timings."""
 
 from __future__ import annotations
 
@@ -8,83 +8,23 @@ import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 
-from floodway import Floodway, Settings, Status, Task
-from floodway.core.backoff import Backoff
+from floodway import Status
 from floodway.core.errors import RetryableError
-from floodway.core.retry import RetryPolicy
 from floodway.core.task import JSON
 from floodway.core.tiers import UpstreamView
-from floodway.maintenance.loop import Maintenance
 from floodway.providers.openai_batch import OpenAIBatchApi
-from floodway.providers.registry import aclose_kinds
 from floodway.providers.sim import SimulatorConfig
 from floodway.providers.sim.openai import create_openai_simulator_app
 from floodway.providers.sim.openai.calls import OpenAISimulator
-from floodway.serving import serve_app
 from floodway.store.base import SpendQuery
 from floodway.testing import FakeClock
-from harness.pg import fresh_schema, postgres_unavailable, schema_url
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def ledger_url(request: pytest.FixtureRequest, db_url: str) -> AsyncIterator[str]:
-    """The test's ledger on each backend (PostgreSQL: a fresh schema, dropped after)."""
-    if request.param == "sqlite":
-        yield db_url
-        return
-    if (down := postgres_unavailable()) is not None:
-        pytest.skip(down)
-    async with fresh_schema() as schema:
-        yield schema_url(schema)
-
+from tests.integration.tier_rig import HOUR, Rig, tier_rig
 
 PRICE = {"input_per_1m": 0.15, "output_per_1m": 0.6}
-HOUR = 3600.0
-
-
-@dataclass
-class Rig:
-    fw: Floodway
-    sim: OpenAISimulator
-    url: str
-    clock: FakeClock
-    #: driven by the test, a round per step: a fake clock's hours would otherwise wake its
-    #: every-second loop thousands of times
-    maintenance: Maintenance
-
-    async def ledger(self) -> dict[str, Any]:
-        async with httpx.AsyncClient(base_url=self.url) as http:
-            body: dict[str, Any] = (await http.get("/ledger")).json()
-            return body
-
-    async def step(self, seconds: float) -> None:
-        await self.clock.jump(seconds)
-        await self.maintenance.tick()
-        await asyncio.sleep(0.02)  # a real pause: for the HTTP and the ledger's threads
-
-    async def queued(self, n: int) -> None:
-        """Until ``n`` lines wait in the ledger (the worker parks each task on its line)."""
-        for _ in range(6000):  # a minute at most, on a loaded machine
-            pools = await self.fw.runtime.tier_records.pools()
-            if sum(p.lines for p in pools) >= n:
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"{n} lines never queued: {pools}")
-
-    async def run_until_done(self, tasks: list[Task], step_s: float, steps: int) -> list[Task]:
-        """Move the shared clock in steps until every task ended."""
-        ids = [t.id for t in tasks]
-        for _ in range(steps):
-            if len(await self.fw.runtime.store.ended(ids)) == len(ids):
-                break
-            await self.step(step_s)
-        return [await self.fw.get(i) for i in ids]
 
 
 @asynccontextmanager
@@ -95,30 +35,21 @@ async def rig(
     hold_s: float,
     resources: dict[str, Any] | None = None,
     **kind: Any,
-) -> AsyncIterator[Rig]:
+) -> AsyncIterator[Rig[OpenAISimulator]]:
     app = create_openai_simulator_app(
         SimulatorConfig(latency_ms=0, batch_hold_s=hold_s, rate_headers=False), clock.now
     )
-    async with serve_app(app) as url:
-        config = {
-            "adapter": "openai",
-            "endpoint": "chat",
-            "model": "gpt-4o-mini",
-            "base_url": f"{url}/v1",
-            "tiers": ["sync", "batch"],
-            "price": PRICE,
-            **kind,
-        }
-        fw = Floodway(
-            settings=Settings(database=db_url, kinds={"chat": config}, resources=resources or {}),
-            clock=clock,
-            policy=RetryPolicy(backoff=Backoff(base_s=0.01, cap_s=0.05)),
-        )
-        try:
-            async with fw, fw.worker(concurrency=32, maintenance=False):
-                yield Rig(fw, app.state.simulator, url, clock, Maintenance(fw.runtime))
-        finally:
-            await aclose_kinds(fw.kinds)
+    config = {
+        "adapter": "openai",
+        "endpoint": "chat",
+        "model": "gpt-4o-mini",
+        "base_url": "{url}/v1",
+        "tiers": ["sync", "batch"],
+        "price": PRICE,
+        **kind,
+    }
+    async with tier_rig(app, db_url, clock, config, resources) as r:
+        yield r
 
 
 def chats(n: int) -> list[dict[str, Any]]:

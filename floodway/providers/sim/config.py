@@ -42,7 +42,10 @@ class SimulatorConfig(BaseModel):
     )
 
     batch_hold_s: float = Field(
-        0.0, ge=0, description="--openai: how long a batch of the Batch API takes to answer"
+        0.0,
+        ge=0,
+        description="--openai, --anthropic: how long a provider batch (Batch API, Message "
+        "Batches) takes to answer",
     )
 
     async_jobs: bool = Field(False, description="202 at once, the job finishes later")

@@ -12,6 +12,7 @@ import uvicorn
 from fastapi import FastAPI
 from starlette.types import ASGIApp
 
+from floodway.providers.sim.anthropic import create_anthropic_simulator_app
 from floodway.providers.sim.app import create_simulator_app, simulator_state
 from floodway.providers.sim.config import SimulatorConfig
 from floodway.providers.sim.openai import create_openai_simulator_app
@@ -53,12 +54,20 @@ def run_simulator_blocking(
     *,
     sock: socket.socket | None = None,
     openai: bool = False,
+    anthropic: bool = False,
 ) -> None:
     """Serve the simulator until interrupted (the ``floodway simulate`` command), on ``sock``
     if given (bound already), else on ``host:port`` (a taken port raises OSError).
-    ``openai``: the OpenAI-compatible simulator instead of the image API."""
+    ``openai``: the OpenAI-compatible simulator instead of the image API; ``anthropic``:
+    Anthropic's Messages and Message Batches APIs."""
     sock = sock or bind_socket(host, port)
-    app: ASGIApp = create_openai_simulator_app(config) if openai else create_simulator_app(config)
+    app: ASGIApp
+    if anthropic:
+        app = create_anthropic_simulator_app(config)
+    elif openai:
+        app = create_openai_simulator_app(config)
+    else:
+        app = create_simulator_app(config)
     server = uvicorn.Server(
         uvicorn.Config(
             app,

@@ -31,6 +31,23 @@ class LineCharge:
     discount: float = BATCH_DISCOUNT
 
 
+def batch_ledger(created: list[str], charges: list[LineCharge]) -> dict[str, Any]:
+    """What a batch API billed (``GET /ledger``'s ``batch``): its batches, its billed lines
+    and their tokens, and any custom_id billed twice."""
+    billed: dict[str, int] = {}
+    for charge in charges:
+        billed[charge.custom_id] = billed.get(charge.custom_id, 0) + 1
+    return {
+        "batches": len(created),
+        "lines": len(charges),
+        "input_tokens": sum(c.input_tokens for c in charges),
+        "output_tokens": sum(c.output_tokens for c in charges),
+        "discount": BATCH_DISCOUNT,
+        "double_charged": sorted(k for k, n in billed.items() if n > 1),
+        "custom_ids": sorted(billed),
+    }
+
+
 @dataclass
 class Batch:
     id: str
@@ -87,18 +104,7 @@ class BatchDesk:
     created: list[str] = field(default_factory=list)
 
     def ledger(self) -> dict[str, Any]:
-        billed: dict[str, int] = {}
-        for charge in self.charges:
-            billed[charge.custom_id] = billed.get(charge.custom_id, 0) + 1
-        return {
-            "batches": len(self.created),
-            "lines": len(self.charges),
-            "input_tokens": sum(c.input_tokens for c in self.charges),
-            "output_tokens": sum(c.output_tokens for c in self.charges),
-            "discount": BATCH_DISCOUNT,
-            "double_charged": sorted(k for k, n in billed.items() if n > 1),
-            "custom_ids": sorted(billed),
-        }
+        return batch_ledger(self.created, self.charges)
 
     def reset(self) -> None:
         self.files.clear()

@@ -1,0 +1,50 @@
+"""The Anthropic simulator's app: its routes and the simulator's control routes (``GET
+/ledger``: ``sync`` for the Messages calls, ``batch`` for the Message Batches)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from floodway.providers.sim.anthropic.calls import AnthropicSimulator
+from floodway.providers.sim.anthropic.routes import routes
+from floodway.providers.sim.config import SimulatorConfig
+from floodway.providers.sim.openai.wire import json_response
+
+
+def create_anthropic_simulator_app(
+    config: SimulatorConfig | None = None, clock: Callable[[], float] = time.time
+) -> Starlette:
+    """A fresh Anthropic simulator; its state is ``app.state.simulator``. ``clock`` is what
+    its batches read time from (a test's fake clock)."""
+    sim = AnthropicSimulator(config or SimulatorConfig(), clock)
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        await sim.aclose()
+
+    async def ledger(_: Request) -> Response:
+        return json_response({"sync": sim.sync.as_dict(), "batch": sim.batches.ledger()})
+
+    async def stats(_: Request) -> Response:
+        return json_response(sim.core.stats.as_dict())
+
+    async def reset(_: Request) -> Response:
+        sim.reset()
+        return json_response({"reset": True})
+
+    control = [
+        Route("/ledger", ledger),
+        Route("/stats", stats),
+        Route("/reset", reset, methods=["POST"]),
+    ]
+    app = Starlette(routes=[*routes(sim), *control], lifespan=lifespan)
+    app.state.simulator = sim
+    return app
