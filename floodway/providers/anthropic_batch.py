@@ -71,7 +71,8 @@ def _status(body: dict[str, Any]) -> str:
     return "expired" if _counts(body).get("expired") else "completed"
 
 
-def _view(body: Any) -> UpstreamView:
+def read_batch(body: Any) -> UpstreamView:
+    """A Message Batch as the batcher reads it."""
     if not isinstance(body, dict) or not isinstance(body.get("id"), str):
         raise RetryableError("the provider answered a batch without an id", type="bad_batch")
     results = body.get("results_url")
@@ -126,7 +127,7 @@ class AnthropicBatchApi:
 
     async def create(self, lines: list[JSON], tag: str) -> UpstreamView:
         """The batch created (``tag`` has no place in it: :meth:`find` says how it is found)."""
-        return _view((await self.http.send("POST", PATH, json={"requests": lines})).json())
+        return read_batch((await self.http.send("POST", PATH, json={"requests": lines})).json())
 
     async def find(self, sought: SoughtBatch) -> list[UpstreamView]:
         """The batches of the sought size created since it was packed, oldest first."""
@@ -142,7 +143,7 @@ class AnthropicBatchApi:
             if not isinstance(data, list) or not data:
                 break
             for item in data:
-                view = _view(item)
+                view = read_batch(item)
                 created = _epoch(item.get("created_at"))
                 if created is not None and created < since:
                     return found[::-1]  # the list is newest first: the rest is older
@@ -150,14 +151,14 @@ class AnthropicBatchApi:
                     found.append(view)
             if not page.get("has_more"):
                 break
-            after = _view(data[-1]).ref
+            after = read_batch(data[-1]).ref
         return found[::-1]
 
     async def retrieve(self, ref: str) -> UpstreamView:
-        return _view((await self.http.send("GET", f"{PATH}/{ref}")).json())
+        return read_batch((await self.http.send("GET", f"{PATH}/{ref}")).json())
 
     async def cancel(self, ref: str) -> UpstreamView:
-        return _view((await self.http.send("POST", f"{PATH}/{ref}/cancel")).json())
+        return read_batch((await self.http.send("POST", f"{PATH}/{ref}/cancel")).json())
 
     async def results(self, view: UpstreamView) -> list[LineResult]:
         # The results URL the batch names, if it is under the base URL: the key goes nowhere else.
