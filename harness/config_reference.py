@@ -34,7 +34,7 @@ from floodway.config import (
     parse_duration,
 )
 
-ADAPTERS = ("http", "simulated", "openai", "python")
+ADAPTERS = ("http", "simulated", "openai", "anthropic", "python")
 
 HEADER = """# Configuration reference
 

@@ -61,6 +61,7 @@ async def test_every_adapter_example_loads_and_builds(
 ) -> None:
     monkeypatch.setenv("SPEECH_API_KEY", "sk-speech")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     text = (DOCS / "adapters.md").read_text()
     for adapter in ADAPTERS:
         assert f"## `{adapter}`" in text, adapter
