@@ -3,6 +3,7 @@ on loopback: what it sends, what it bills, and how each of Anthropic's errors is
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from floodway.core.backoff import Backoff
 from floodway.core.hangup import Provider
 from floodway.core.retry import RetryPolicy
 from floodway.kinds import KindSpec
+from floodway.limits.headers import read_quotas
 from floodway.providers.registry import aclose_kinds
 from floodway.providers.sim import SimulatorConfig, serve_app
 from floodway.providers.sim.anthropic import create_anthropic_simulator_app
@@ -65,6 +67,20 @@ async def test_a_message_is_the_result_its_usage_billed_with_the_kinds_model_and
     # the simulator refuses a call without x-api-key or anthropic-version: both were sent
     assert sim.sync.as_dict() == {"calls": 1, "input_tokens": usage["input_tokens"],
                                   "output_tokens": usage["output_tokens"]}  # fmt: skip
+
+
+@pytest.mark.parametrize("anthropic", [{"rpm": 100}], indirect=True)
+async def test_the_anthropic_ratelimit_headers_are_kept_for_the_limiter(
+    anthropic: tuple[str, AnthropicSimulator],
+) -> None:
+    url, _ = anthropic
+    _, ctx = await call(kind(url), ASK)
+    headers = ctx.response_headers
+    assert headers["anthropic-ratelimit-requests-limit"] == "100"
+    assert headers["anthropic-ratelimit-requests-remaining"] == "99"
+    [quota] = read_quotas(headers, time.time())
+    assert (quota.dimension, quota.limit, quota.remaining) == ("requests", 100, 99)
+    assert quota.reset_s is not None and quota.reset_s > 0  # a time a minute on, read back
 
 
 @pytest.mark.parametrize(

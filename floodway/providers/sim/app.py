@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -159,13 +159,20 @@ async def _http_error(_request: Request, exc: Exception) -> Response:
 
 
 class RateLimitHeaders:
-    """Adds the x-ratelimit-* headers, as of the moment of answering, to every response.
+    """Adds the rate-limit headers, as of the moment of answering, to every response: the
+    x-ratelimit-* ones, or those ``written`` from the window (Anthropic's, say).
 
     A raw ASGI middleware: Starlette's BaseHTTPMiddleware would add a task per request."""
 
-    def __init__(self, app: ASGIApp, window: RateWindow) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        window: RateWindow,
+        written: Callable[[RateWindow, float], list[tuple[bytes, bytes]]] = RateWindow.headers,
+    ) -> None:
         self.app = app
         self.window = window
+        self.written = written
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.window.limited:
@@ -174,7 +181,7 @@ class RateLimitHeaders:
 
         async def send_with_limits(message: Message) -> None:
             if message["type"] == "http.response.start":
-                extra = self.window.headers(time.monotonic())
+                extra = self.written(self.window, time.monotonic())
                 message = {**message, "headers": [*message.get("headers", ()), *extra]}
             await send(message)
 

@@ -68,20 +68,25 @@ class RateWindow:
 
     def headers(self, now: float) -> list[tuple[bytes, bytes]]:
         """The x-ratelimit-* headers of the limited dimensions."""
+        return [header for quota in self.quotas(now) for header in _dimension(*quota)]
+
+    def quotas(self, now: float) -> list[tuple[str, int, int, float]]:
+        """Each limited dimension ("requests", "tokens"): its limit, what is used of it, and
+        the seconds until it is back to its full quota."""
         if not self.limited:
             return []
         self._expire(now)
-        out: list[tuple[bytes, bytes]] = []
+        out: list[tuple[str, int, int, float]] = []
         if self._bucket is not None:
             level = self._bucket.level(now)
             full_in = (self._bucket.capacity - level) / self._bucket.rate
-            out += _dimension("requests", self.rpm, self.rpm - math.floor(level), full_in)
+            out.append(("requests", self.rpm, self.rpm - math.floor(level), full_in))
         elif self.rpm:
             newest = self._admitted[-1][0] if self._admitted else None
-            out += _dimension("requests", self.rpm, len(self._admitted), self._reset(newest, now))
+            out.append(("requests", self.rpm, len(self._admitted), self._reset(newest, now)))
         if self.tpm:
             newest = next((ts for ts, cost in reversed(self._admitted) if cost), None)
-            out += _dimension("tokens", self.tpm, self._tokens, self._reset(newest, now))
+            out.append(("tokens", self.tpm, self._tokens, self._reset(newest, now)))
         return out
 
     def _reset(self, newest: float | None, now: float) -> float:

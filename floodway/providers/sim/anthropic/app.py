@@ -1,5 +1,6 @@
-"""The Anthropic simulator's app: its routes and the simulator's control routes (``GET
-/ledger``: ``sync`` for the Messages calls, ``batch`` for the Message Batches)."""
+"""The Anthropic simulator's app: its routes, the simulator's control routes (``GET
+/ledger``: ``sync`` for the Messages calls, ``batch`` for the Message Batches), and the
+``anthropic-ratelimit-*`` headers of its limits (``rpm``, ``tpm``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from starlette.routing import Route
 
 from floodway.providers.sim.anthropic.calls import AnthropicSimulator
 from floodway.providers.sim.anthropic.routes import routes
+from floodway.providers.sim.anthropic.wire import rate_limit_headers
+from floodway.providers.sim.app import RateLimitHeaders
 from floodway.providers.sim.config import SimulatorConfig
 from floodway.providers.sim.openai.wire import json_response
 
@@ -47,4 +50,6 @@ def create_anthropic_simulator_app(
     ]
     app = Starlette(routes=[*routes(sim), *control], lifespan=lifespan)
     app.state.simulator = sim
+    if sim.config.rate_headers:
+        app.add_middleware(RateLimitHeaders, window=sim.core.window, written=rate_limit_headers)
     return app

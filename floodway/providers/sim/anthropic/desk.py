@@ -10,13 +10,12 @@ Anthropic bills it). A request Anthropic would refuse is ``errored`` with an
 
 from __future__ import annotations
 
-import datetime
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from floodway.providers.sim.anthropic.wire import check, message
+from floodway.providers.sim.anthropic.wire import check, message, rfc3339
 from floodway.providers.sim.openai.desk import LineCharge, batch_ledger
 from floodway.providers.sim.openai.wire import dumps
 
@@ -24,10 +23,6 @@ from floodway.providers.sim.openai.wire import dumps
 MAX_REQUESTS = 100_000
 #: a batch not ended by then expires
 EXPIRES_S = 86_400.0
-
-
-def rfc3339(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat().replace("+00:00", "Z")
 
 
 @dataclass

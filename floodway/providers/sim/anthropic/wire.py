@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import datetime
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from starlette.responses import Response
 
 from floodway.providers.sim.openai.wire import json_response, tokens_of
+from floodway.providers.sim.window import RateWindow
 
 #: the status of each error type Anthropic answers
 STATUS = {
@@ -81,3 +84,20 @@ def message(body: dict[str, Any], message_id: str) -> dict[str, Any]:
         "stop_sequence": None,
         "usage": usage,
     }
+
+
+def rfc3339(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat().replace("+00:00", "Z")
+
+
+def rate_limit_headers(window: RateWindow, now: float) -> list[tuple[bytes, bytes]]:
+    """The ``anthropic-ratelimit-*`` headers of the limited dimensions (their reset a time)."""
+    out: list[tuple[bytes, bytes]] = []
+    for name, limit, used, reset_s in window.quotas(now):
+        head = f"anthropic-ratelimit-{name}-"
+        out += [
+            (f"{head}limit".encode(), str(limit).encode()),
+            (f"{head}remaining".encode(), str(max(0, limit - used)).encode()),
+            (f"{head}reset".encode(), rfc3339(time.time() + reset_s).encode()),
+        ]
+    return out
