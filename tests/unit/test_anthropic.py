@@ -1,10 +1,13 @@
 """Reading Anthropic's answers: a Message's billed tokens (cache tokens at their rates), a
-Message Batch's result lines and its status in the batcher's words."""
+Message Batch's result lines and its status in the batcher's words; and which tiers an
+anthropic kind may offer."""
 
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
+from floodway.config import KindConfig
 from floodway.core.tiers import LineResult
 from floodway.providers.anthropic import billed_tokens
 from floodway.providers.anthropic_batch import read_batch, read_line
@@ -58,3 +61,11 @@ def test_a_batchs_processing_status_in_the_batchers_words(
     view = read_batch({"id": "msgbatch_1", **body})
     assert view.status == status
     assert view.ended == (body["processing_status"] == "ended")
+
+
+def test_an_anthropic_kind_takes_the_batch_tier_but_not_flex() -> None:
+    assert KindConfig(adapter="anthropic", tiers=["sync", "batch"]).tiers == ["sync", "batch"]
+    with pytest.raises(ValidationError, match="Anthropic has no flex tier"):
+        KindConfig(adapter="anthropic", tiers=["sync", "flex"])
+    with pytest.raises(ValidationError, match="need the openai or anthropic adapter"):
+        KindConfig(adapter="http", url="http://x", tiers=["sync", "batch"])
