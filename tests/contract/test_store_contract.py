@@ -1189,3 +1189,14 @@ async def test_a_batch_lines_answer_expires_with_results_and_a_queued_line_stays
     assert await records.get_line("t-answered") is None
     assert (await records.get_line("t-queued")) is not None
     assert await records.open_batches() == []
+
+
+async def test_recorded_names_the_provider_batch_ids_a_row_holds(store: Store) -> None:
+    records = cast(TierRecords, store)
+    await records.add_line("t-1", "chat", "m", {"model": "m", "messages": []}, None, NOW)
+    batch = await records.pack("chat", "m", 1, NOW)
+    assert batch is not None
+    assert await records.recorded(["msgbatch_a", "msgbatch_b"]) == set()
+    await records.sent(batch.id, "msgbatch_a", NOW)
+    assert await records.recorded(["msgbatch_a", "msgbatch_b"]) == {"msgbatch_a"}
+    assert await records.recorded([]) == set()
