@@ -93,6 +93,8 @@ ENDED_LINES: tuple[LineState, ...] = ("done", "failed", "withdrawn")
 CREATING, SENT, BATCH_ENDED = "creating", "sent", "ended"
 #: the provider batch states from which no more lines will be answered
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
+#: a provider batch asked to stop, not ended yet
+CANCELLING = "cancelling"
 
 
 @dataclass(frozen=True)

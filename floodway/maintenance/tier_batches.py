@@ -23,14 +23,15 @@ Each round:
    or for good); lines the batch ended without are withdrawn. Its tasks are then due for
    their poll. A batch still running when one of its lines must leave for its deadline is
    cancelled: what it answered until then is kept (and billed), the rest goes on a faster
-   tier.
+   tier. A batch cancelling is looked at every round until it ended (its lines' deadlines
+   are near).
 """
 
 from __future__ import annotations
 
 import logging
 
-from floodway.core.tiers import CREATING, SoughtBatch, UpstreamView
+from floodway.core.tiers import CANCELLING, CREATING, SoughtBatch, UpstreamView
 from floodway.kinds import BatchApi, KindSpec
 from floodway.runtime import Runtime
 from floodway.store.tier_records import UpstreamBatch
@@ -134,15 +135,16 @@ class Batcher:
         api = _api(spec)
         assert batch.provider_id is not None  # a sent batch has one
         view = await api.retrieve(batch.provider_id)
-        if not view.ended:
+        if not view.ended and view.status != CANCELLING:
             lines = await self.runtime.tier_records.batch_lines(batch.id)
             deadlines = [line.deadline_at for line in lines if line.deadline_at is not None]
             if not deadlines or now < spec.tiers.leave_by(min(deadlines)):
                 return
             log.info("provider batch %s would miss a deadline: cancelled", batch.id)
             view = await api.cancel(batch.provider_id)
-            if not view.ended:
-                return  # cancelling: its answered lines come with its end
+        if not view.ended:  # cancelling: looked at every round, its end brings its lines
+            self._looked.pop(batch.id, None)
+            return
         results = await api.results(view)
         await self.runtime.tier_records.end_batch(batch.id, results, self.runtime.clock.now())
         self._looked.pop(batch.id, None)

@@ -31,7 +31,7 @@ from typing import Any
 
 from floodway.core.errors import RetryableError
 from floodway.core.task import JSON
-from floodway.core.tiers import LineResult, SoughtBatch, UpstreamView
+from floodway.core.tiers import CANCELLING, LineResult, SoughtBatch, UpstreamView
 from floodway.providers.anthropic import anthropic_error, billed_tokens
 from floodway.providers.batch_http import BatchHttp, read_jsonl
 
@@ -63,7 +63,7 @@ def _counts(body: dict[str, Any]) -> dict[str, int]:
 def _status(body: dict[str, Any]) -> str:
     status = body.get("processing_status")
     if status == "canceling":
-        return "cancelling"
+        return CANCELLING
     if status != "ended":
         return str(status or "")
     if body.get("cancel_initiated_at"):

@@ -85,8 +85,11 @@ async def test_a_batch_cancelled_halfway_keeps_what_it_answered_and_cancels_the_
         await api.post("/v1/messages/batches", json={"requests": [request(i) for i in range(10)]})
     ).json()
     await clock.jump(HOLD_S / 2)
-    cancelled = (await api.post(f"/v1/messages/batches/{created['id']}/cancel")).json()
-    assert cancelled["processing_status"] == "ended" and cancelled["cancel_initiated_at"]
+    canceling = (await api.post(f"/v1/messages/batches/{created['id']}/cancel")).json()
+    assert canceling["processing_status"] == "canceling" and canceling["cancel_initiated_at"]
+    await clock.jump(1)
+    cancelled = (await api.get(f"/v1/messages/batches/{created['id']}")).json()
+    assert cancelled["processing_status"] == "ended"
     assert cancelled["request_counts"]["succeeded"] == 5
     assert cancelled["request_counts"]["canceled"] == 5
     kinds = [r["type"] for r in results(await api.get(cancelled["results_url"])).values()]

@@ -1,12 +1,13 @@
 """The Message Batches API's state in the simulator: its batches and the charges of their
-requests (the routes are floodway/providers/sim/anthropic/batches.py's).
+requests (the routes are floodway/providers/sim/anthropic/routes.py's).
 
 A batch holds for ``hold_s``: its requests are answered one after another over that time,
 request ``i`` of ``n`` at ``(i + 1) / n`` of it, so a batch cancelled halfway has answered about
 half of them (billed, in its results as ``succeeded``) and the rest are ``canceled`` (not
-billed). Each answered request is billed at the batch price (half the sync price, as
-Anthropic bills it). A request Anthropic would refuse is ``errored`` with an
-``invalid_request_error``, not billed. Time is the simulator's clock (a test's fake clock)."""
+billed). A cancelled batch is ``canceling`` until the clock moves on, then ended. Each
+answered request is billed at the batch price (half the sync price, as Anthropic bills it).
+A request Anthropic would refuse is ``errored`` with an ``invalid_request_error``, not
+billed. Time is the simulator's clock (a test's fake clock)."""
 
 from __future__ import annotations
 
@@ -82,20 +83,23 @@ class MessageBatchDesk:
         return batch
 
     def advance(self, batch: MessageBatch) -> None:
-        """Bring ``batch`` up to the clock: at its hold's end, every request answered."""
-        due = self.clock() >= batch.created_at + self.hold_s
-        if batch.processing_status == "in_progress" and due:
+        """Bring ``batch`` up to the clock: at its hold's end, every request answered; once
+        the clock moved on from a cancel, those answered by then."""
+        now = self.clock()
+        asked = batch.cancel_initiated_at
+        if batch.processing_status == "in_progress" and now >= batch.created_at + self.hold_s:
             self._end(batch, len(batch.requests), "expired")
+        elif batch.processing_status == "canceling" and asked is not None and now > asked:
+            total = len(batch.requests)
+            elapsed = max(0.0, asked - batch.created_at)
+            done = total if self.hold_s <= 0 else min(total, int(total * elapsed / self.hold_s))
+            self._end(batch, done, "canceled")
 
     def cancel(self, batch: MessageBatch) -> None:
-        if batch.processing_status != "in_progress":
-            return
-        now = self.clock()
-        total = len(batch.requests)
-        elapsed = max(0.0, now - batch.created_at)
-        answered = total if self.hold_s <= 0 else min(total, int(total * elapsed / self.hold_s))
-        batch.cancel_initiated_at = now
-        self._end(batch, answered, "canceled")
+        """As Anthropic cancels: ``canceling`` at once, ended later (once the clock moved)."""
+        if batch.processing_status == "in_progress":
+            batch.cancel_initiated_at = self.clock()
+            batch.processing_status = "canceling"
 
     def _end(self, batch: MessageBatch, answered: int, rest: str) -> None:
         counts = {"succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
