@@ -489,12 +489,7 @@ class Worker:
         runtime = self.runtime
         try:
             await runtime.admission.settle(run.permit, settlement, runtime.clock.now())
-            # The provider slot is free now: let the dispatchers admit the next task while the
-            # outcome is still being written, rather than after (and without first counting
-            # slots: this one was just given back). Without limits a slot frees nothing.
-            self._blocked_until = None
-            if runtime.admission.limited:
-                runtime.hub.work_available.set()
+            self._provider_slot_freed()
             if run.fenced:
                 log.warning("task %s: lease lost, result dropped", run.task.id)
                 return
@@ -518,6 +513,14 @@ class Worker:
             self.running.pop(run.task.id, None)
             self._writing -= 1
             self._slot_freed.set()
+
+    def _provider_slot_freed(self) -> None:
+        """A provider slot was given back: let the dispatchers admit the next task now, while
+        the outcome is still being written, rather than after (and without first counting
+        slots: this one was just given back). Without limits a slot frees nothing."""
+        self._blocked_until = None
+        if self.runtime.admission.limited:
+            self.runtime.hub.work_available.set()
 
     async def _write_outcome(self, item: Completion) -> Applied:
         """Write ``item`` until the ledger takes it: an outcome in hand (a call the provider
@@ -561,6 +564,8 @@ class Worker:
             # Usage is settled when the job ends (by the poller or the webhook), not here.
             keep = Settlement(headers=run.ctx.response_headers, keep_slot=park.holds_slot)
             await runtime.admission.settle(run.permit, keep, runtime.clock.now())
+            if not park.holds_slot:  # a batch line waits without a provider slot
+                self._provider_slot_freed()
             if run.fenced:
                 log.warning("task %s: lease lost, not parked", run.task.id)
                 return

@@ -14,13 +14,21 @@ import psycopg
 import pytest
 from openai.types import Batch
 
-from floodway.config import ResourceConfig
+from floodway.api import serving
+from floodway.config import KindConfig, ResourceConfig
+from floodway.providers.sim import SimulatorConfig
+from floodway.providers.sim.openai import create_openai_simulator_app
+from floodway.store.base import SpendQuery
 from harness.fleet import PG_URL, fresh_database
 from harness.openai_fake import FakeOpenAI
 from tests.integration.conftest import StartApi, eventually
-from tests.integration.openai_setup import OpenAIFront, start_front
+from tests.integration.openai_setup import KEYS, OpenAIFront, start_front
+
+PRICE = {"input_per_1m": 0.15, "output_per_1m": 0.6}
 
 
+# Asked for before ``start_api`` in each test: set up first, so torn down last (a database
+# dropped under a running server makes its shutdown wait out the pool's timeout).
 @pytest.fixture(params=["sqlite", "postgres"])
 async def database(request: pytest.FixtureRequest) -> AsyncIterator[str | None]:
     if request.param == "sqlite":
@@ -74,7 +82,7 @@ async def _front(
 
 
 async def test_a_batch_of_200_is_answered_once_per_custom_id(
-    start_api: StartApi, api_stack: AsyncExitStack, database: str | None
+    database: str | None, start_api: StartApi, api_stack: AsyncExitStack
 ) -> None:
     front = await _front(start_api, api_stack, database, latency_s=0.01)
     client = front.sdk()
@@ -115,7 +123,7 @@ async def test_a_batch_of_200_is_answered_once_per_custom_id(
 
 
 async def test_a_cancelled_batch_ends_with_every_request_accounted_for(
-    start_api: StartApi, api_stack: AsyncExitStack, database: str | None
+    database: str | None, start_api: StartApi, api_stack: AsyncExitStack
 ) -> None:
     front = await _front(start_api, api_stack, database, latency_s=0.3)
     client = front.sdk()
@@ -258,7 +266,7 @@ async def test_an_upload_over_max_file_bytes_is_a_413_naming_the_setting(
 
 
 async def test_batches_list_newest_first_a_page_at_a_time_and_files_can_be_deleted(
-    start_api: StartApi, api_stack: AsyncExitStack, database: str | None
+    database: str | None, start_api: StartApi, api_stack: AsyncExitStack
 ) -> None:
     front = await _front(start_api, api_stack, database, latency_s=0.0)
     client = front.sdk()
@@ -299,7 +307,7 @@ async def test_batches_list_newest_first_a_page_at_a_time_and_files_can_be_delet
 
 
 async def test_maintenance_ends_a_batch_that_nobody_reads(
-    start_api: StartApi, api_stack: AsyncExitStack, database: str | None
+    database: str | None, start_api: StartApi, api_stack: AsyncExitStack
 ) -> None:
     """Its files are written while the results are there, not at a read days later."""
     front = await _front(start_api, api_stack, database, latency_s=0.0)
@@ -321,3 +329,48 @@ async def test_maintenance_ends_a_batch_that_nobody_reads(
     assert row is not None and row.output_file_id and row.error_file_id
     output = await store.file_content(row.output_file_id, "tenant-a")
     assert output is not None and b'"custom_id":"req-0"' in output
+
+
+async def test_a_batch_to_a_kind_with_the_batch_tier_goes_to_the_providers_batch_api(
+    start_api: StartApi, api_stack: AsyncExitStack
+) -> None:
+    """floodway's own Batch API in front of a kind that offers the provider's batch tier: the
+    lines (24 h window: background, a day's deadline) are sent in a provider batch at its
+    price, none on the sync tier, and each answer goes back under its custom_id."""
+    app = create_openai_simulator_app(
+        SimulatorConfig(latency_ms=1, batch_hold_s=0.5, rate_headers=False)
+    )
+    upstream = await api_stack.enter_async_context(serving(app))
+    chat = KindConfig(
+        adapter="openai",
+        base_url=f"{upstream}/v1",
+        endpoint="chat",
+        models=["gpt-4o-mini"],
+        tiers=["sync", "batch"],
+        batch_max_age="1s",
+        price=PRICE,
+    )
+    server = await start_api(keys=KEYS, kinds={"chat": chat})
+    sim = app.state.simulator
+    client = OpenAIFront(server, FakeOpenAI()).sdk()
+    texts = [f"caption {i}" for i in range(30)]
+    uploaded = await client.files.create(file=("lines.jsonl", _jsonl(texts)), purpose="batch")
+    batch = await client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    ended = await _until_ended(client, batch.id)
+    output = await _lines(client, ended.output_file_id)
+    assert ended.status == "completed" and ended.error_file_id is None
+    contents = {
+        line["custom_id"]: line["response"]["body"]["choices"][0]["message"]["content"]
+        for line in output
+    }
+    assert contents == {f"req-{i}": f"echo: caption {i}" for i in range(30)}
+    upstream_batches = sim.batches.ledger()
+    assert (upstream_batches["batches"], upstream_batches["lines"]) == (1, 30)
+    assert upstream_batches["double_charged"] == []
+    assert sim.core.ledger.as_dict()["total"] == 0  # nothing went on the sync tier
+    report = await server.fw.spend(SpendQuery(since=0.0))
+    spent = sum(line.cost for line in report.lines)
+    saved = sum(line.tier_saved for line in report.lines)
+    assert spent > 0 and spent == pytest.approx(saved)  # half price: as much saved as spent
