@@ -179,7 +179,8 @@ def summarize(
     )
     table.add_row("provider peak concurrency", f"{sim.stats.peak_concurrency} (cap {opts.cap})")
     table.add_row("429s / 5xx seen", f"{sim.stats.rate_limited} / {sim.stats.errors_5xx}")
-    table.add_row("retries", str(retries))
+    # A 429 is sent again without using an attempt: it is not among these.
+    table.add_row("retries after a 5xx or a timeout", str(retries))
     table.add_row("failed or dead", str(len(dead)))
     for t in dead[:5]:
         why = t.error.message if t.error else "?"

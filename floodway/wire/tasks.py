@@ -54,11 +54,19 @@ class ErrorOut(BaseModel):
 
 
 class CostOut(BaseModel):
-    estimated: float = Field(description="the kind's estimate, in its metered unit")
+    # Two units side by side: what the limits meter (tokens, calls, images: the resource's
+    # unit) and what budgets count (money, at the kind's prices).
+    estimated: float = Field(
+        description="the kind's estimate in the resource's metered unit (not money)"
+    )
     actual: float | None = Field(None, description="what its calls used, in the same unit")
-    held: float = Field(0.0, description="its estimate priced: what a budget admitted it at")
+    held: float = Field(
+        0.0,
+        description="money: its estimate priced, what a budget admitted it at (0 when deduped:"
+        " it never calls)",
+    )
     over_estimate: float = Field(
-        0.0, description="what its calls cost above what it was admitted at"
+        0.0, description="money: what its calls cost above what it was admitted at"
     )
 
 

@@ -69,7 +69,7 @@ async def test_a_write_that_does_not_land_spends_nothing(store: Store) -> None:
 async def test_deduped_tasks_record_what_they_saved(store: Store, batched: bool) -> None:
     fp = "fp-1"
     primary = (await store.submit([task(fingerprint=fp)], NOW))[0].task
-    waiter = (await store.submit([task(fingerprint=fp)], NOW))[0].task
+    waiter = (await store.submit([task(fingerprint=fp, spend_hold=0.4)], NOW))[0].task
     assert waiter.waits_for == primary.id
     r = await running(store, primary)
     done = Completion(
@@ -81,8 +81,11 @@ async def test_deduped_tasks_record_what_they_saved(store: Store, batched: bool)
         o = await running(store, other, "tok-o")
         items.append(Completion(other.id, S.SUCCEEDED, lease_token=o.lease_token))
     await store.complete(items, NOW + 1)
-    late = (await store.submit([task(fingerprint=fp)], NOW + 2))[0].task
+    late = (await store.submit([task(fingerprint=fp, spend_hold=0.4)], NOW + 2))[0].task
     assert late.status is S.DEDUPED
+    # Neither the waiter nor the late one will ever bill: each holds nothing.
+    held = [await store.get(t.id) for t in (waiter, late)]
+    assert [t.spend_hold if t else None for t in held] == [0.0, 0.0]
     (line,) = (await store.spend(SpendQuery(since=0.0))).lines
     assert (line.calls, line.deduped) == (1, 2)
     assert line.cost == pytest.approx(0.4)

@@ -21,6 +21,8 @@ from tests.integration.conftest import StartApi, eventually
 from tests.integration.openai_setup import OpenAIFront, start_front
 
 
+# Asked for before ``start_api`` in each test: set up first, so torn down last (a database
+# dropped under a running server makes its shutdown wait out the pool's timeout).
 @pytest.fixture(params=["sqlite", "postgres"])
 async def database(request: pytest.FixtureRequest) -> AsyncIterator[str | None]:
     if request.param == "sqlite":
@@ -74,7 +76,7 @@ async def _front(
 
 
 async def test_a_batch_of_200_is_answered_once_per_custom_id(
-    start_api: StartApi, api_stack: AsyncExitStack, database: str | None
+    database: str | None, start_api: StartApi, api_stack: AsyncExitStack
 ) -> None:
     front = await _front(start_api, api_stack, database, latency_s=0.01)
     client = front.sdk()
@@ -115,7 +117,7 @@ async def test_a_batch_of_200_is_answered_once_per_custom_id(
 
 
 async def test_a_cancelled_batch_ends_with_every_request_accounted_for(
-    start_api: StartApi, api_stack: AsyncExitStack, database: str | None
+    database: str | None, start_api: StartApi, api_stack: AsyncExitStack
 ) -> None:
     front = await _front(start_api, api_stack, database, latency_s=0.3)
     client = front.sdk()
@@ -258,7 +260,7 @@ async def test_an_upload_over_max_file_bytes_is_a_413_naming_the_setting(
 
 
 async def test_batches_list_newest_first_a_page_at_a_time_and_files_can_be_deleted(
-    start_api: StartApi, api_stack: AsyncExitStack, database: str | None
+    database: str | None, start_api: StartApi, api_stack: AsyncExitStack
 ) -> None:
     front = await _front(start_api, api_stack, database, latency_s=0.0)
     client = front.sdk()
@@ -299,7 +301,7 @@ async def test_batches_list_newest_first_a_page_at_a_time_and_files_can_be_delet
 
 
 async def test_maintenance_ends_a_batch_that_nobody_reads(
-    start_api: StartApi, api_stack: AsyncExitStack, database: str | None
+    database: str | None, start_api: StartApi, api_stack: AsyncExitStack
 ) -> None:
     """Its files are written while the results are there, not at a read days later."""
     front = await _front(start_api, api_stack, database, latency_s=0.0)

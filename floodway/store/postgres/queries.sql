@@ -156,6 +156,7 @@ DELETE FROM fingerprints WHERE fingerprint = %(fingerprint)s AND task_id = %(tas
 
 -- name: mark_deduped
 UPDATE tasks SET status = 'deduped', duplicate_of = %(duplicate_of)s::text, waits_for = NULL,
+    spend_hold = 0,
     result = %(result)s::text, finished_at = %(now)s, updated_at = %(now)s,
     callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
     callback_next_at = CASE WHEN callback_url IS NOT NULL THEN %(now)s
@@ -188,7 +189,7 @@ owners AS (
     WHERE t.id = ANY(ARRAY(SELECT owner FROM given))
 ), resolved AS (
     UPDATE tasks SET status = 'deduped', waits_for = NULL, result = w.result,
-        finished_at = %(now)s, updated_at = %(now)s,
+        finished_at = %(now)s, updated_at = %(now)s, spend_hold = 0,
         duplicate_of = CASE WHEN tasks.tenant = w.tenant THEN w.owner END,
         callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending'
                               ELSE callback_state END,

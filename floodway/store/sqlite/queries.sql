@@ -92,6 +92,7 @@ DELETE FROM fingerprints WHERE fingerprint = :fingerprint AND task_id = :task_id
 
 -- name: mark_deduped
 UPDATE tasks SET status = 'deduped', duplicate_of = :duplicate_of, waits_for = NULL,
+    spend_hold = 0,
     result = :result, finished_at = :now, updated_at = :now,
     callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
     callback_next_at = CASE WHEN callback_url IS NOT NULL THEN :now ELSE callback_next_at END
@@ -116,7 +117,7 @@ WHERE id = :id AND lane_rank > (SELECT min(w.lane_rank) FROM tasks w
 -- The waiters of another tenant see the result, not whose task made it.
 -- name: resolve_waiters
 UPDATE tasks SET status = 'deduped', waits_for = NULL, result = :result, finished_at = :now,
-    updated_at = :now,
+    updated_at = :now, spend_hold = 0,
     duplicate_of = CASE WHEN tenant = (SELECT o.tenant FROM tasks o WHERE o.id = :owner)
                         THEN :owner END,
     callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
