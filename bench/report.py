@@ -249,7 +249,8 @@ def read_jobs(path: Path, data: Data) -> list[Row]:
     j1, j2 = data["J1"], data["J2"]
     resources = [r for r in j1 if r != "run"]
     spans = ", ".join(
-        f"{r} {fmt(j1[r]['ratio'])}x ({fmt(j1[r]['makespan_s'])} s / {fmt(j1[r]['optimum_s'])} s)"
+        f"{r} {fmt(j1[r]['ratio'])}x ({fmt(j1[r]['makespan_s'])} s / {fmt(j1[r]['optimum_s'])} s, "
+        f"a slot's hand-off p50 {fmt(j1[r].get('handoff_p50_ms', float('nan')))} ms)"
         for r in resources
     )
     run = j1["run"]
