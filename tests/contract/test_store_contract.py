@@ -458,6 +458,29 @@ async def test_a_claim_by_ids_comes_back_in_rank_order(store: Store) -> None:
     assert [t.id for t in got] == [early.id, late.id]
 
 
+async def test_the_rank_migration_ranks_a_job_s_steps_at_their_job_s_submit(
+    backend: Backend, store: Store
+) -> None:
+    # As migration 033 found a ledger: a job's step queued after a plain task, no rank yet.
+    plain = await submit(store, NOW, n=1)
+    step = await submit(store, NOW + 5, n=2)
+    (ranks,) = [sql for v, _, sql in load_migrations(f"floodway.store.{backend.name}.migrations")
+                if v == 33]  # fmt: skip
+    backfill = [s for s in ranks.split(";") if "UPDATE tasks SET rank_at" in s]
+    await backend.run(
+        [
+            "INSERT INTO jobs (id, tenant, status, lane, spec, created_at, updated_at) "
+            f"VALUES ('j_1', 'default', 'running', 'background', '{{}}', {NOW - 1}, {NOW - 1})",
+            "INSERT INTO job_tasks (task_id, job_id, step, idx) "
+            f"VALUES ('{step.id}', 'j_1', 's', 0)",
+            "UPDATE tasks SET rank_at = 0",
+            *backfill,
+        ]
+    )
+    ready = await store.ready(ReadyQuery(KINDS, NOW + 10, 10))
+    assert [(c.task_id, c.rank_at) for c in ready] == [(step.id, NOW - 1), (plain.id, NOW)]
+
+
 async def test_claim_respects_next_attempt_at(store: Store) -> None:
     t = await run_one(store)
     await finish(store, t, S.RETRYING, NOW + 1, next_attempt_at=NOW + 60, error=fail())
