@@ -5,8 +5,8 @@
 
 Each benchmark writes its own shape of JSON; the readers below know the shapes in use
 (``bench.quota``/``bench.crash``: id, figures, floor, passed; ``bench.throughput``: T1;
-``bench.peers``: T3; ``bench.http_load``: H1; ``bench.scale``: T2; ``bench.upstream``: U1) and
-fall back to a generic reading for others.
+``bench.peers``: T3; ``bench.http_load``: H1; ``bench.scale``: T2; ``bench.upstream``: U1;
+``bench.jobs``: J1, J2) and fall back to a generic reading for others.
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ ORDER = (
     "O1",
     "O2",
     "O3",
+    "J1",
+    "J1 (x10)",
+    "J2",
 )
 #: bench.fleet's runs of the learning scenarios: (makespan/optimum floor, share of 429s floor)
 FLEET_LEARNING = {"Q6": (1.15, 0.02), "Q7": (1.20, 0.05)}
@@ -241,6 +244,58 @@ def read_upstream(path: Path, data: Data) -> Row:
     )
 
 
+def read_jobs(path: Path, data: Data) -> list[Row]:
+    """bench.jobs: J1, each resource's makespan against its optimum; J2, a job's added cost
+    over the same steps submitted by hand."""
+    j1, j2 = data["J1"], data.get("J2")
+    scale = data.get("latency_scale", 1.0)
+    longer = "" if scale == 1 else f", every call {scale:g}x longer"
+    resources = [r for r in j1 if r != "run"]
+    spans = ", ".join(
+        f"{r} {fmt(j1[r]['ratio'])}x ({fmt(j1[r]['makespan_s'])} s / {fmt(j1[r]['optimum_s'])} s, "
+        f"a slot's hand-off p50 {fmt(j1[r].get('handoff_p50_ms', float('nan')))} ms)"
+        for r in resources
+    )
+    run = j1["run"]
+    caps = ", ".join(f"{r} {int(j1[r]['cap'])}" for r in resources)
+
+    def cost(f: Data) -> str:
+        return (
+            f"{fmt(f['submits_per_s'])} submits/s, {fmt(f['submit_cpu_ms'])} ms CPU a submit, "
+            f"{fmt(f['cpu_ms_per_chain'])} ms CPU a chain, a step's start after its dependency "
+            f"p50 {fmt(f['start_after_dependency_p50_ms'])} / p99 "
+            f"{fmt(f['start_after_dependency_p99_ms'])} ms"
+        )
+
+    rows = [
+        Row(
+            "J1" if scale == 1 else f"J1 (x{scale:g})",
+            f"{data['jobs']} jobs of {data['steps']} steps at once over three resources "
+            f"(caps {caps}{longer}), SQLite, one process",
+            f"{spans}; the whole run {fmt(run['ratio'])}x the pipeline bound "
+            f"({fmt(run['makespan_s'])} s / {fmt(run['optimum_s'])} s); runs {data['runs']}",
+            f"each resource <= {fmt(data['J1_floor'])}x its work / cap",
+            data["J1_met"],
+            path.name,
+            _when(data),
+        )
+    ]
+    if j2 is not None:
+        rows.append(
+            Row(
+                "J2",
+                f"the same {data['jobs']} chains as jobs and as steps submitted by hand, "
+                "room on every resource",
+                f"jobs: {cost(j2['jobs'])}; by hand: {cost(j2['by_hand'])}",
+                "",
+                None,
+                path.name,
+                _when(data),
+            )
+        )
+    return rows
+
+
 def read_fleet(path: Path, data: Data) -> Row:
     """bench.fleet: F1 (PostgreSQL + Redis, 4 workers) and F2-<fault> (a worker killed,
     Redis stopped)."""
@@ -312,6 +367,8 @@ def reader_for(data: Data) -> Reader:
         return read_scale
     if isinstance(data.get("median_over_seeds"), dict):
         return read_upstream
+    if isinstance(data.get("J1"), dict) and "J1_floor" in data:
+        return read_jobs
     if "limit_exceeded" in data and str(data.get("scenario", "")).startswith(("F", "Q")):
         return read_fleet
     return read_generic

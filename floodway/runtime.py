@@ -356,12 +356,14 @@ class Runtime:
             metadata={"job_id": job.id, "step": start.step, "index": start.index},
         )
         new = self._checked(request, job.tenant, None, None)
-        # One request, the job: a later step is not refused for the tenant's depth.
+        # One request, the job: a later step is not refused for the tenant's depth, and it
+        # ranks in its lane as of the job's submit, so the jobs submitted first end first.
         return dataclasses.replace(
             new,
             fingerprint=work_key(job.id, start.step, start.index),
             interactive_depth=0,
             replay=True,
+            rank_at=job.created_at,
         )
 
     async def _write(

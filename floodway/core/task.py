@@ -165,6 +165,9 @@ class NewTask:
     #: may take the result of identical work that succeeded (False: it asks for a new sample,
     #: and runs anew; identical work in flight it joins either way)
     replay: bool = True
+    #: its place in its lane's dispatch order, a time: None for the submit's own time; a job's
+    #: step takes its job's, so a job submitted earlier is served before later work
+    rank_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -184,7 +187,9 @@ class Candidate:
     lane: Lane
     cost: float
     seq: int
-    created_at: float
+    #: its place in its lane's dispatch order (its submit's time, or its job's): the earlier
+    #: first, and its wait, for aging, counts from there
+    rank_at: float
     deadline_at: float | None
 
 

@@ -7,7 +7,9 @@ asks the backend about each candidate.
 * **Shortest first, with aging**: within a tenant, the cheapest candidate first, so one large
   task does not hold back thirty small ones. A candidate's effective cost falls linearly with its
   wait, reaching zero after ``aging_s``: an old large task eventually sorts first, and the
-  admission reserves quota for it (see :func:`aged`).
+  admission reserves quota for it (see :func:`aged`). Equal costs go earliest ``rank_at`` first.
+  A wait counts from ``rank_at``: a job's step ranks as of its job's submit, so the steps of the
+  jobs submitted first go ahead and every resource of a chain is fed from the start.
 * **Tenants in turn**: one admission per tenant per round, starting with the tenant served least
   recently (remembered across calls), so tenant B's ten tasks are not stuck behind A's 500.
 """
@@ -23,17 +25,17 @@ from floodway.core.task import Candidate, Lane
 def effective_cost(candidate: Candidate, now: float, aging_s: float) -> float:
     if aging_s <= 0:
         return candidate.cost
-    waited = max(0.0, now - candidate.created_at)
+    waited = max(0.0, now - candidate.rank_at)
     return candidate.cost * max(0.0, 1.0 - waited / aging_s)
 
 
 def aged(candidate: Candidate, now: float, aging_s: float) -> bool:
     """Waited long enough that quota is held back for it rather than handed to smaller ones."""
-    return aging_s > 0 and now - candidate.created_at >= aging_s
+    return aging_s > 0 and now - candidate.rank_at >= aging_s
 
 
 def _sort_key(candidate: Candidate, now: float, aging_s: float) -> tuple[float, float, int]:
-    return (effective_cost(candidate, now, aging_s), candidate.created_at, candidate.seq)
+    return (effective_cost(candidate, now, aging_s), candidate.rank_at, candidate.seq)
 
 
 class Rotation:

@@ -139,6 +139,7 @@ def insert_params(task_id: str, new: NewTask, now: float) -> dict[str, Any]:
         "cost_estimated": new.cost_estimated,
         "spend_hold": new.spend_hold,
         "now": now,
+        "rank_at": now if new.rank_at is None else new.rank_at,
         "deadline_at": None if new.deadline_s is None else now + new.deadline_s,
         "metadata": dumps(new.metadata or {}),
         "callback_url": new.callback_url,
@@ -155,7 +156,7 @@ def candidate_from_row(row: Mapping[str, Any]) -> Candidate:
         Lane.of_rank(row["lane_rank"]),
         row["cost_estimated"],
         row["seq"],
-        row["created_at"],
+        row["rank_at"],
         row["deadline_at"],
     )
 

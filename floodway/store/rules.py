@@ -828,7 +828,9 @@ def claim(params: ClaimParams, changes: list[TaskChange]) -> Rule[list[Task]]:
     else:
         name = "claim_ids"
         args.update(ids=params.ids)
-    rows = sorted((yield from all_rows(name, **args)), key=lambda r: (r["lane_rank"], r["seq"]))
+    rows = sorted(
+        (yield from all_rows(name, **args)), key=lambda r: (r["lane_rank"], r["rank_at"], r["seq"])
+    )
     if not (yield from ask(Ask.MULTI_TABLE)):  # else the claim logged them itself
         running = Status.RUNNING
         yield from events(

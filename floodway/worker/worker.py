@@ -212,6 +212,10 @@ class Worker:
         runtime = self.runtime
         hub = runtime.hub
         while not self._stopping.is_set():
+            # Cleared before the pass, not after it: what happens while it lists and claims
+            # (a job's next step written, a slot freed) leaves its wake-up for the next pass.
+            hub.work_available.clear()
+            self._slot_freed.clear()
             free = self._free()
             claimed = 0
             if free > 0:
@@ -229,10 +233,8 @@ class Worker:
             if claimed and claimed == min(free, self.options.claim_batch):
                 continue  # maybe more ready: claim again at once
             if free - claimed <= 0:
-                self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
-            hub.work_available.clear()
             await self._idle_wait()
 
     def _free(self) -> int:

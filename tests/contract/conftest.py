@@ -60,6 +60,24 @@ class Backend:
             cur = await conn.execute(query.encode())
             return list(await cur.fetchall())
 
+    async def run(self, statements: list[str]) -> None:
+        """Raw SQL writes in one transaction, for a ledger as an older release left it."""
+        if self.name == "sqlite":
+            import sqlite3
+
+            db = sqlite3.connect(self.url.removeprefix("sqlite:///"))
+            try:
+                with db:
+                    for statement in statements:
+                        db.execute(statement)
+            finally:
+                db.close()
+            return
+        options = f"-c search_path={self.schema}"
+        async with await psycopg.AsyncConnection.connect(self.url, options=options) as conn:
+            for statement in statements:
+                await conn.execute(statement.encode())
+
 
 @pytest.fixture(params=BACKENDS)
 async def backend(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[Backend]:

@@ -416,7 +416,7 @@ async def test_ready_lists_in_dispatch_order_without_claiming(store: Store) -> N
     assert [c.task_id for c in ready][:2] == [inter.id, bg.id]
     assert len(ready) == 3 and later.id not in {c.task_id for c in ready}
     c = ready[1]
-    assert (c.kind, c.tenant, c.lane, c.cost, c.seq, c.created_at, c.deadline_at) == (
+    assert (c.kind, c.tenant, c.lane, c.cost, c.seq, c.rank_at, c.deadline_at) == (
         "echo",
         "default",
         Lane.BACKGROUND,
@@ -434,6 +434,51 @@ async def test_ready_lists_up_to_limit_tasks_of_each_tenant(store: Store) -> Non
     urgent = await submit(store, NOW + 20, tenant="late", lane=Lane.INTERACTIVE)
     ready = await store.ready(ReadyQuery(KINDS, NOW + 30, 3))
     assert [c.task_id for c in ready] == [urgent.id] + [t.id for t in big[:3] + small]
+
+
+async def test_a_lane_is_served_in_rank_order_then_seq(store: Store) -> None:
+    # A job's later step ranks as of its job's submit: ahead of work submitted after the job,
+    # behind work submitted before it, and behind the interactive lane all the same.
+    before = await submit(store, NOW, n=1)
+    after = await submit(store, NOW + 2, n=2)
+    same_instant = await submit(store, NOW + 1, n=3)
+    step = await submit(store, NOW + 5, n=4, rank_at=NOW + 1)
+    urgent = await submit(store, NOW + 6, n=5, lane=Lane.INTERACTIVE)
+    expected = [urgent.id, before.id, same_instant.id, step.id, after.id]
+    ready = await store.ready(ReadyQuery(KINDS, NOW + 10, 10))
+    assert [c.task_id for c in ready] == expected
+    assert [c.rank_at for c in ready] == [NOW + 6, NOW, NOW + 1, NOW + 1, NOW + 2]
+    assert [t.id for t in await claim(store, NOW + 10, 10)] == expected
+
+
+async def test_a_claim_by_ids_comes_back_in_rank_order(store: Store) -> None:
+    late = await submit(store, NOW, n=1, rank_at=NOW + 3)
+    early = await submit(store, NOW + 1, n=2)
+    got = await claim(store, NOW + 10, ids=(late.id, early.id))
+    assert [t.id for t in got] == [early.id, late.id]
+
+
+async def test_the_rank_migration_ranks_a_job_s_steps_at_their_job_s_submit(
+    backend: Backend, store: Store
+) -> None:
+    # As migration 033 found a ledger: a job's step queued after a plain task, no rank yet.
+    plain = await submit(store, NOW, n=1)
+    step = await submit(store, NOW + 5, n=2)
+    (ranks,) = [sql for v, _, sql in load_migrations(f"floodway.store.{backend.name}.migrations")
+                if v == 33]  # fmt: skip
+    backfill = [s for s in ranks.split(";") if "UPDATE tasks SET rank_at" in s]
+    await backend.run(
+        [
+            "INSERT INTO jobs (id, tenant, status, lane, spec, created_at, updated_at) "
+            f"VALUES ('j_1', 'default', 'running', 'background', '{{}}', {NOW - 1}, {NOW - 1})",
+            "INSERT INTO job_tasks (task_id, job_id, step, idx) "
+            f"VALUES ('{step.id}', 'j_1', 's', 0)",
+            "UPDATE tasks SET rank_at = 0",
+            *backfill,
+        ]
+    )
+    ready = await store.ready(ReadyQuery(KINDS, NOW + 10, 10))
+    assert [(c.task_id, c.rank_at) for c in ready] == [(step.id, NOW - 1), (plain.id, NOW)]
 
 
 async def test_claim_respects_next_attempt_at(store: Store) -> None:

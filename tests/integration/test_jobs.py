@@ -1,6 +1,6 @@
 """Multi-step jobs on both ledgers (SQLite, and a fresh PostgreSQL schema per test): results
 flow as declared, each step's handler runs once, limits hold on each resource, the failure
-policy, cancel and retry, and tenants."""
+policy, cancel and retry, tenants, and the order steps are served in."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from floodway import Context, FatalError, Floodway, IllegalTransition, Status
 from floodway.config import JobsConfig, ResourceConfig, Settings
 from floodway.core.errors import InvalidJob, JobNotFound
+from floodway.testing import FakeClock
 from harness.pg import fresh_schema, postgres_unavailable, schema_url
 from tests.unit.test_jobs_model import INVALID
 
@@ -238,3 +239,60 @@ async def test_steps_inherit_the_jobs_lane_and_share_its_deadline(ledger: str) -
     assert task.lane.value == "interactive"
     assert task.deadline_at is not None
     assert task.deadline_at - task.created_at == pytest.approx(100, abs=1)
+
+
+async def test_a_shared_resource_serves_the_steps_of_the_jobs_submitted_first_first(
+    ledger: str, clock: FakeClock
+) -> None:
+    """Each job: ``a`` on p (1 s), ``mid`` on q (0.5 s), ``b`` on p (1 s); p takes one call at
+    a time. Job 0's ``b`` goes ahead of the ``a`` of jobs submitted after it (in submit order
+    it would wait behind both), a plain task submitted between jobs 0 and 1 ranks between
+    them, and an interactive task still goes ahead of every background step."""
+    settings = Settings(
+        database=ledger,
+        resources={"p": ResourceConfig(concurrency=1), "q": ResourceConfig(concurrency=10)},
+    )
+    fw = Floodway(settings=settings, clock=clock)
+    served: list[str] = []
+
+    def handler(seconds: float) -> Any:
+        async def call(ctx: Context, value: dict[str, Any]) -> dict[str, Any]:
+            served.append(f"{value['job']}.{ctx.task.kind}")
+            await clock.sleep(seconds)
+            return value
+
+        return call
+
+    fw.kind("a", resource="p")(handler(1.0))
+    fw.kind("mid", resource="q")(handler(0.5))
+    fw.kind("b", resource="p")(handler(1.0))
+
+    def job(n: int) -> list[dict[str, Any]]:
+        return [
+            {"name": "a", "kind": "a", "input": {"job": n}},
+            {"name": "mid", "kind": "mid", "after": ["a"],
+             "input": {"job": "${steps.a.result.job}"}},
+            {"name": "b", "kind": "b", "after": ["mid"],
+             "input": {"job": "${steps.mid.result.job}"}},
+        ]  # fmt: skip
+
+    async with fw:
+        jobs = [await fw.submit_job(job(0))]
+        await clock.advance(0.5)
+        await fw.submit("a", {"job": "plain"})
+        for n in (1, 2):
+            await clock.advance(0.5 if n == 1 else 1.0)
+            jobs.append(await fw.submit_job(job(n)))
+        async with fw.worker(concurrency=8):
+            while len(served) < 4:  # job 0's b is running
+                await clock.advance(0.1)
+            await fw.submit("a", {"job": "urgent"}, lane="interactive")
+            done: list[dict[str, Any]] = []
+            while clock.now() < 1_700_000_100:
+                await clock.advance(0.1)
+                done = [await fw.get_job(j["id"]) for j in jobs]
+                if all(j["status"] != "running" for j in done):
+                    break
+    assert [j["status"] for j in done] == ["succeeded"] * 3
+    on_p = [s for s in served if not s.endswith(".mid")]
+    assert on_p == ["0.a", "plain.a", "0.b", "urgent.a", "1.a", "2.a", "1.b", "2.b"]

@@ -1,5 +1,5 @@
-"""The benchmarks' own arithmetic: where a fleet makespan's excess over the optimum went, and
-how the report judges the T3 and H1 rows."""
+"""The benchmarks' own arithmetic: where a fleet makespan's excess over the optimum went, J1's
+bounds and hand-offs, and how the report judges the T3, H1 and J1 rows."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import report
+from bench import jobs, report
 from bench.fleet import ProviderClock
 
 
@@ -98,3 +98,38 @@ def test_h1_wrk_figures_get_a_row_of_their_own_judged_on_rate_and_p99() -> None:
         (False, False),
         (True, False),
     ]
+
+
+def test_j1_pipeline_bound_adds_the_shortest_chain_before_and_after_each_resource() -> None:
+    # The chain: vision 40 ms, llm 20, speech 160, llm 20, vision 40.
+    assert jobs.pipeline_bound("vision", 16.0) == pytest.approx(4.0)  # first and last step
+    assert jobs.pipeline_bound("llm", 8.0) == pytest.approx(0.04 + 4.0 + 0.04)
+    assert jobs.pipeline_bound("speech", 32.0) == pytest.approx(0.06 + 4.0 + 0.06)
+
+
+def test_j1_hand_offs_count_only_calls_that_ended_on_a_full_resource() -> None:
+    # Cap 2: A and B overlap (full); A ends at 1.0 and C starts 0.1 s later. B ends full too,
+    # but no call starts after it; C ends with one call in flight.
+    spans = [(0.0, 1.0), (0.5, 1.5), (1.1, 2.0)]
+    assert jobs.handoffs(spans, cap=2) == [pytest.approx(0.1)]
+    assert jobs.handoffs([(0.0, 1.0), (2.0, 3.0)], cap=2) == []  # never full: no hand-off
+
+
+def test_j1_row_is_met_only_when_every_resource_is_within_its_floor() -> None:
+    def resource(ratio: float) -> dict[str, float]:
+        return {"cap": 2.0, "calls": 4.0, "makespan_s": ratio, "optimum_s": 1.0, "ratio": ratio}
+
+    figures = {"submits_per_s": 1.0, "submit_cpu_ms": 1.0, "cpu_ms_per_chain": 1.0}
+    figures |= {"start_after_dependency_p50_ms": 1.0, "start_after_dependency_p99_ms": 2.0}
+    data = {
+        "runs": 1,
+        "jobs": 2,
+        "steps": 5,
+        "J1": {"a": resource(1.05), "b": resource(1.2), "run": resource(1.1)},
+        "J2": {"jobs": figures, "by_hand": figures},
+        "J1_floor": 1.1,
+        "J1_met": False,
+    }
+    j1, j2 = report.reader_for(data)(Path("jobs.json"), data)
+    assert (j1.id, j1.passed, j2.id, j2.passed) == ("J1", False, "J2", None)
+    assert "a 1.05x" in j1.figures and "b 1.2x" in j1.figures

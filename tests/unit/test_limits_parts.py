@@ -32,8 +32,10 @@ from floodway.limits.plan import ResourcePlan, default_burst_s
 T0 = 1_700_000_000.0
 
 
-def cand(task_id: str, cost: float = 0.0, tenant: str = "a", created_at: float = T0) -> Candidate:
-    return Candidate(task_id, "k", tenant, Lane.BACKGROUND, cost, 0, created_at, None)
+def cand(
+    task_id: str, cost: float = 0.0, tenant: str = "a", rank_at: float = T0, seq: int = 0
+) -> Candidate:
+    return Candidate(task_id, "k", tenant, Lane.BACKGROUND, cost, seq, rank_at, None)
 
 
 # -- plan ------------------------------------------------------------------------------------
@@ -73,7 +75,7 @@ def test_a_lowered_rate_keeps_the_configured_capacity_and_a_learned_one_bursts_a
 
 # -- order -----------------------------------------------------------------------------------
 def test_effective_cost_falls_to_zero_over_aging() -> None:
-    c = cand("x", cost=1000, created_at=T0)
+    c = cand("x", cost=1000, rank_at=T0)
     assert effective_cost(c, T0, 60) == 1000
     assert effective_cost(c, T0 + 30, 60) == pytest.approx(500)
     assert effective_cost(c, T0 + 90, 60) == 0
@@ -114,6 +116,24 @@ def test_lane_rounds_sorts_each_tenant_shortest_first() -> None:
     cands.append(Candidate("ia", "k", "a", Lane.INTERACTIVE, 1, 0, T0, None))
     rounds = lane_rounds(cands, Lane.BACKGROUND, T0, 60, Rotation())
     assert [c.task_id for c in rounds] == ["small", "mid", "big"]
+
+
+def test_lane_rounds_serve_equal_costs_by_rank_then_seq_and_tenants_in_turn() -> None:
+    # A job's step ranks as of its job's submit (T0): ahead of the first steps of later jobs
+    # (T0 + 1, T0 + 2) though it was written last, and its wait for aging counts from T0.
+    first_of_late = cand("late-s1", rank_at=T0 + 2, seq=1)
+    first_of_next = cand("next-s1", rank_at=T0 + 1, seq=2)
+    last_of_early = cand("early-s5", rank_at=T0, seq=9)
+    other = cand("b-s1", tenant="b", rank_at=T0 + 1, seq=3)
+    cands = [first_of_late, first_of_next, last_of_early, other]
+    rounds = lane_rounds(cands, Lane.BACKGROUND, T0 + 5, 60, Rotation())
+    seen = []
+    for c in rounds:
+        seen.append(c.task_id)
+        rounds.admitted()
+    assert seen == ["early-s5", "b-s1", "next-s1", "late-s1"]
+    assert effective_cost(cand("x", 100, rank_at=T0), T0 + 30, 60) == pytest.approx(50)
+    assert aged(last_of_early, T0 + 60, 60)
 
 
 # -- headers ---------------------------------------------------------------------------------

@@ -13,11 +13,11 @@
 -- -- tasks and their events -----------------------------------------------------------------
 
 -- name: insert_task
-INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
+INSERT INTO tasks (id, kind, status, lane, lane_rank, rank_at, tenant, input, max_attempts,
                    idempotency_key, fingerprint, cost_estimated, spend_hold, created_at,
                    updated_at, deadline_at, next_attempt_at, metadata, callback_url, batch_id,
                    tier)
-VALUES (%(id)s, %(kind)s, 'queued', %(lane)s, %(lane_rank)s, %(tenant)s, %(input)s,
+VALUES (%(id)s, %(kind)s, 'queued', %(lane)s, %(lane_rank)s, %(rank_at)s, %(tenant)s, %(input)s,
         %(max_attempts)s, %(idempotency_key)s::text, %(fingerprint)s::text, %(cost_estimated)s,
         %(spend_hold)s, %(now)s, %(now)s, %(deadline_at)s::double precision, %(now)s, %(metadata)s,
         %(callback_url)s::text, %(batch_id)s::text, %(tier)s::text)
@@ -31,13 +31,13 @@ RETURNING *;
 -- name: insert_tasks
 WITH given AS (
     SELECT * FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
-            id text, kind text, lane text, lane_rank integer, tenant text, input text,
-            max_attempts integer, idempotency_key text, fingerprint text,
-            cost_estimated double precision, spend_hold double precision,
+            id text, kind text, lane text, lane_rank integer, rank_at double precision,
+            tenant text, input text, max_attempts integer, idempotency_key text,
+            fingerprint text, cost_estimated double precision, spend_hold double precision,
             now double precision, deadline_at double precision, metadata text,
             callback_url text, batch_id text, tier text, request_hash text,
             key_expires_at double precision))
-        WITH ORDINALITY AS g(id, kind, lane, lane_rank, tenant, input, max_attempts,
+        WITH ORDINALITY AS g(id, kind, lane, lane_rank, rank_at, tenant, input, max_attempts,
                              idempotency_key, fingerprint, cost_estimated, spend_hold, now,
                              deadline_at, metadata, callback_url, batch_id, tier, request_hash,
                              key_expires_at, ord)
@@ -48,13 +48,13 @@ WITH given AS (
     ON CONFLICT (tenant, key) DO NOTHING
     RETURNING task_id
 ), inserted AS (
-    INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
-                       idempotency_key, fingerprint, cost_estimated, spend_hold, created_at,
-                       updated_at, deadline_at, next_attempt_at, metadata, callback_url,
-                       batch_id, tier)
-    SELECT id, kind, 'queued', lane, lane_rank, tenant, input, max_attempts, idempotency_key,
-           fingerprint, cost_estimated, spend_hold, now, now, deadline_at, now, metadata,
-           callback_url, batch_id, tier
+    INSERT INTO tasks (id, kind, status, lane, lane_rank, rank_at, tenant, input,
+                       max_attempts, idempotency_key, fingerprint, cost_estimated, spend_hold,
+                       created_at, updated_at, deadline_at, next_attempt_at, metadata,
+                       callback_url, batch_id, tier)
+    SELECT id, kind, 'queued', lane, lane_rank, rank_at, tenant, input, max_attempts,
+           idempotency_key, fingerprint, cost_estimated, spend_hold, now, now, deadline_at, now,
+           metadata, callback_url, batch_id, tier
     FROM given
     WHERE idempotency_key IS NULL OR id IN (SELECT task_id FROM keyed)
     ORDER BY ord
@@ -229,7 +229,8 @@ WHERE tasks.waits_for = %(waits_for)s AND tasks.status = 'queued';
 -- Up to the limit of ready tasks of EACH tenant with work, so admission control can take turns.
 -- The recursive part is a skip-scan over tasks_ready_tenant (one index probe per tenant);
 -- the lateral part reads each tenant's queue in dispatch order along the same index.
--- lane_rank, not lane: the lane a task is dispatched in may be one a waiter lent it.
+-- lane_rank, not lane: the lane a task is dispatched in may be one a waiter lent it. Then
+-- rank_at: a job's steps rank at their job's submit, ahead of work that came later.
 WITH RECURSIVE tenants(name) AS (
     SELECT min(tenant) FROM tasks
     WHERE status IN ('queued', 'retrying') AND waits_for IS NULL
@@ -239,16 +240,16 @@ WITH RECURSIVE tenants(name) AS (
               AND tenant > tenants.name)
     FROM tenants WHERE tenants.name IS NOT NULL
 )
-SELECT t.id, t.kind, t.tenant, t.lane_rank, t.cost_estimated, t.seq, t.created_at,
+SELECT t.id, t.kind, t.tenant, t.lane_rank, t.cost_estimated, t.seq, t.rank_at,
        t.deadline_at
 FROM tenants CROSS JOIN LATERAL (
     SELECT y.* FROM tasks y
     WHERE y.tenant = tenants.name AND y.status IN ('queued', 'retrying')
       AND y.waits_for IS NULL AND y.next_attempt_at <= %(now)s
       AND y.kind = ANY(%(kinds)s::text[])
-    ORDER BY y.lane_rank, y.seq
+    ORDER BY y.lane_rank, y.rank_at, y.seq
     LIMIT %(limit)s) AS t
-ORDER BY t.lane_rank, t.seq;
+ORDER BY t.lane_rank, t.rank_at, t.seq;
 
 -- One statement: pick in dispatch order along tasks_ready, skipping rows another claimer
 -- holds, move them to running and log their running events. MATERIALIZED runs the pick
@@ -260,7 +261,7 @@ WITH picked AS MATERIALIZED (
     SELECT seq FROM tasks
     WHERE status IN ('queued', 'retrying') AND waits_for IS NULL
       AND next_attempt_at <= %(now)s AND kind = ANY(%(kinds)s::text[])
-    ORDER BY lane_rank, seq
+    ORDER BY lane_rank, rank_at, seq
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
@@ -272,7 +273,7 @@ WITH picked AS MATERIALIZED (
     RETURNING *
 ), logged AS (
     INSERT INTO task_events (task_id, status, at, attempt, detail)
-    SELECT id, 'running', %(now)s, attempts, %(owner)s FROM claimed ORDER BY lane_rank, seq
+    SELECT id, 'running', %(now)s, attempts, %(owner)s FROM claimed ORDER BY lane_rank, rank_at, seq
 )
 SELECT * FROM claimed;
 
@@ -288,7 +289,7 @@ WITH claimed AS (
     RETURNING *
 ), logged AS (
     INSERT INTO task_events (task_id, status, at, attempt, detail)
-    SELECT id, 'running', %(now)s, attempts, %(owner)s FROM claimed ORDER BY lane_rank, seq
+    SELECT id, 'running', %(now)s, attempts, %(owner)s FROM claimed ORDER BY lane_rank, rank_at, seq
 )
 SELECT * FROM claimed;
 

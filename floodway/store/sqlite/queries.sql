@@ -7,11 +7,11 @@
 -- -- tasks and their events -----------------------------------------------------------------
 
 -- name: insert_task
-INSERT INTO tasks (id, kind, status, lane, lane_rank, tenant, input, max_attempts,
+INSERT INTO tasks (id, kind, status, lane, lane_rank, rank_at, tenant, input, max_attempts,
                    idempotency_key, fingerprint, cost_estimated, spend_hold, created_at,
                    updated_at, deadline_at, next_attempt_at, metadata, callback_url, batch_id,
                    tier)
-VALUES (:id, :kind, 'queued', :lane, :lane_rank, :tenant, :input, :max_attempts,
+VALUES (:id, :kind, 'queued', :lane, :lane_rank, :rank_at, :tenant, :input, :max_attempts,
         :idempotency_key, :fingerprint, :cost_estimated, :spend_hold, :now, :now,
         :deadline_at, :now, :metadata, :callback_url, :batch_id, :tier)
 RETURNING *;
@@ -143,7 +143,8 @@ WHERE waits_for = :waits_for AND +status = 'queued';
 
 -- name: ready
 -- Up to :limit ready tasks of EACH tenant with work, so admission control can take turns.
--- lane_rank, not lane: the lane a task is dispatched in may be one a waiter lent it.
+-- lane_rank, not lane: the lane a task is dispatched in may be one a waiter lent it. Then
+-- rank_at: a job's steps rank at their job's submit, ahead of work that came later.
 WITH RECURSIVE tenants(name) AS (
     SELECT min(tenant) FROM tasks INDEXED BY tasks_ready_tenant
     WHERE status IN ('queued', 'retrying') AND waits_for IS NULL
@@ -153,16 +154,16 @@ WITH RECURSIVE tenants(name) AS (
               AND tenant > tenants.name)
     FROM tenants WHERE tenants.name IS NOT NULL
 )
-SELECT t.id, t.kind, t.tenant, t.lane_rank, t.cost_estimated, t.seq, t.created_at,
+SELECT t.id, t.kind, t.tenant, t.lane_rank, t.cost_estimated, t.seq, t.rank_at,
        t.deadline_at
 FROM tenants JOIN tasks t ON t.seq IN (
     SELECT y.seq FROM tasks y INDEXED BY tasks_ready_tenant
     WHERE y.tenant = tenants.name AND y.status IN ('queued', 'retrying')
       AND y.waits_for IS NULL AND y.next_attempt_at <= :now
       AND y.kind IN (SELECT value FROM json_each(:kinds))
-    ORDER BY y.lane_rank, y.seq
+    ORDER BY y.lane_rank, y.rank_at, y.seq
     LIMIT :limit)
-ORDER BY t.lane_rank, t.seq;
+ORDER BY t.lane_rank, t.rank_at, t.seq;
 
 -- name: claim_next
 UPDATE tasks SET status = 'running', attempts = attempts + 1, lease_owner = :owner,
@@ -175,7 +176,7 @@ WHERE seq IN (
     SELECT seq FROM tasks INDEXED BY tasks_ready
     WHERE status IN ('queued', 'retrying') AND waits_for IS NULL AND next_attempt_at <= :now
       AND kind IN (SELECT value FROM json_each(:kinds))
-    ORDER BY lane_rank, seq
+    ORDER BY lane_rank, rank_at, seq
     LIMIT :limit)
 RETURNING *;
 
