@@ -18,6 +18,8 @@ The optimum is what the provider's quota allows; each scenario's definition:
 - Q2, Q4: optimum = (N - B) / R + d: the provider's rate R per second, less the initial burst B
   of a bucket configured with the provider's own limit at headroom 1.0 (1 s of refill, so
   B = R x 1 s), plus one service time d for the last request to come back.
+- Q2b: as Q2's, for a provider that enforces the same limit as an exact token bucket of a
+  second's refill (Q6's), so B is both buckets' capacity.
 - Q3: small tasks' mean turnaround (submit -> done) with floodway's order, divided by the same
   with order forced to strict FIFO: the same limits, ``AdmissionTuning(aging_s=1e-6)`` (every
   task is "aged" at once, so the sort falls back to submit order and a refused head-of-line
@@ -332,6 +334,16 @@ async def q4b_run(seed: int, quick: bool) -> Figures:
     }
 
 
+async def q2b_run(seed: int, quick: bool) -> Figures:
+    """Q2 against a provider that enforces its rate as an exact token bucket of a second's
+    refill (Q6's provider), the same figure configured at headroom 1.0: no margin at all."""
+    case = rate_case(quick)
+    resource = ResourceConfig(requests_per_minute=case.rpm, headroom=Q2_HEADROOM)
+    bucket = Q6_BUCKET * (10 if quick else 1)
+    figures = await rate_run(seed, case, resource, bucket=bucket)
+    return {**figures, "headroom": Q2_HEADROOM, "provider_bucket": bucket}
+
+
 def q2_check(f: Figures) -> bool:
     return bool(f["makespan_over_optimum"] <= 1.05 and f["rate_limited_429"] == 0)
 
@@ -631,6 +643,24 @@ SCENARIOS: dict[str, Scenario] = {
                     "optimum_s",
                     "initial_burst",
                     "headroom",
+                    "requests",
+                ),
+                ("rate_limited_429", "failed", "lost", "double_charged"),
+            ),
+            q2_check,
+        ),
+        Scenario(
+            "Q2b",
+            "as Q2, the provider enforcing its 600/min as an exact token bucket of 10 (Q6's)",
+            "makespan/optimum <= 1.05; 429s 0 (Q2's floors)",
+            q2b_run,
+            Summary(
+                (
+                    "makespan_over_optimum",
+                    "makespan_s",
+                    "optimum_s",
+                    "initial_burst",
+                    "provider_bucket",
                     "requests",
                 ),
                 ("rate_limited_429", "failed", "lost", "double_charged"),
