@@ -3,6 +3,7 @@
     python -m bench.quota                  # every scenario, 3 runs each
     python -m bench.quota Q1 Q3 --runs 5
     python -m bench.quota Q2 --quick       # smaller and faster, 1 run: for smoke runs
+    python -m bench.quota Q1 --peers       # each run beside Dramatiq's (bench/peer_q1.py)
 
 Every run starts from nothing: a scratch SQLite file, a fresh simulator (in this event loop,
 answering over real HTTP on a loopback port), a ``Floodway`` whose kind is declared in
@@ -47,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import peer_q1
 from bench.apps import q1 as q1app
 from bench.apps.provider import KIND, RESOURCE, provider_settings
 from bench.common import write_result
@@ -211,6 +213,8 @@ class Scenario:
     summary: Summary
     check: Check
     slow: bool = False  # at least a minute whatever the size: left out of --quick sweeps
+    #: another queue's run of the same scenario and seed (``--peers``), its figures prefixed
+    peer: Callable[[int, bool], Coroutine[Any, Any, Figures]] | None = None
 
 
 # -- Q1: a concurrency cap -----------------------------------------------------------------
@@ -630,6 +634,7 @@ SCENARIOS: dict[str, Scenario] = {
                 ("rate_limited_429", "failed", "lost", "double_charged"),
             ),
             q1_check,
+            peer=peer_q1.dramatiq_run,
         ),
         Scenario(
             "Q2",
@@ -802,6 +807,20 @@ DEFINITIONS = (__doc__ or "").partition("The optimum is")[2].strip()
 # ==========================================================================================
 # Running and recording
 # ==========================================================================================
+#: the peer's figures in a scenario's summary (medians; the counts that must be zero and the
+#: peak: the worst run), the first ones shown in the results table
+PEER = "dramatiq"
+PEER_SUMMARY = Summary(
+    (f"{PEER}_makespan_over_optimum", f"{PEER}_makespan_s", f"{PEER}_requests"),
+    (
+        f"{PEER}_rate_limited_429",
+        f"{PEER}_peak_concurrency",
+        f"{PEER}_failed",
+        f"{PEER}_double_charged",
+    ),
+)
+
+
 def run_scenario(
     scenario: Scenario,
     runs: int,
@@ -810,15 +829,25 @@ def run_scenario(
     prefix: str = "quota",
     definitions: str | None = None,
     record: bool = True,
+    peers: bool = False,
 ) -> Figures:
     """Run ``scenario`` ``runs`` times (each in a fresh event loop), print each run, and
-    write the summary to bench/results/<prefix>-<ID>[-quick].json."""
+    write the summary to bench/results/<prefix>-<ID>[-quick].json. ``peers``: each run is
+    followed by the scenario's peer on the same seed, so both see the machine alike."""
+    peer = scenario.peer if peers else None
     results: list[Figures] = []
     for i in range(runs):
         figures = asyncio.run(scenario.run(FIRST_SEED + i, quick))
+        if peer is not None:
+            theirs = asyncio.run(peer(FIRST_SEED + i, quick))
+            figures |= {f"{PEER}_{k}": v for k, v in theirs.items()}
         results.append(figures)
         print(f"{scenario.id} run {i + 1}: {describe(rounded(figures, 3))}", flush=True)
     summary = rounded(scenario.summary.of(results))
+    shown = [*scenario.summary.headline[:4], *scenario.summary.worst]
+    if peer is not None:
+        summary |= rounded(PEER_SUMMARY.of(results))
+        shown += [PEER_SUMMARY.headline[0], *PEER_SUMMARY.worst[:2]]
     outcome: Figures = {
         "id": scenario.id,
         "scenario": scenario.title + (" (quick size)" if quick else ""),
@@ -827,7 +856,7 @@ def run_scenario(
         "passed": scenario.check(summary),
         "figures": summary,
         # what the results table shows: the leading medians and the must-be-zero counts
-        "shown": [*scenario.summary.headline[:4], *scenario.summary.worst],
+        "shown": shown,
         "runs": [rounded(r) for r in results],
         "definitions": DEFINITIONS if definitions is None else definitions,
     }
@@ -854,6 +883,11 @@ def main() -> None:
     parser.add_argument("ids", nargs="*", metavar="ID", help=f"of {', '.join(SCENARIOS)}")
     parser.add_argument("--runs", type=int, default=None, help="default 3 (1 with --quick)")
     parser.add_argument("--quick", action="store_true", help="smaller, faster sizes")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="after each run, the same scenario and seed run by another queue (Q1: Dramatiq)",
+    )
     args = parser.parse_args()
     by_upper = {k.upper(): k for k in SCENARIOS}
     ids = [by_upper.get(i.upper(), i) for i in args.ids] or [
@@ -864,7 +898,7 @@ def main() -> None:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
     runs = args.runs or (1 if args.quick else 3)
     for scenario_id in ids:
-        run_scenario(SCENARIOS[scenario_id], runs, args.quick)
+        run_scenario(SCENARIOS[scenario_id], runs, args.quick, peers=args.peers)
 
 
 if __name__ == "__main__":
