@@ -30,6 +30,8 @@ from harness.fleet import private_redis
 
 ROOT = Path(__file__).resolve().parents[1]
 POLL_S = 0.01
+#: what Dramatiq's Retries middleware logs (at the CLI's INFO level) for each message it retries
+RETRYING = "Retrying message"
 #: a run that has not finished by then has lost messages (retries exhausted)
 GIVE_UP_S = 600.0
 
@@ -77,6 +79,7 @@ async def dramatiq_run(seed: int, quick: bool) -> dict[str, Any]:
                 finally:
                     worker.terminate()
                     await asyncio.to_thread(worker.wait, 30)
+                text = await asyncio.to_thread(log.read_text, errors="replace")
         stats = sim.state.stats
         ledger = sim.state.ledger.as_dict()
     optimum = stats.busy_s / q1app.CAP
@@ -87,6 +90,9 @@ async def dramatiq_run(seed: int, quick: bool) -> dict[str, Any]:
         "requests": stats.requests,
         "rate_limited_429": stats.rate_limited,
         "errors_5xx": stats.errors_5xx,
+        # the Retries middleware logs each message it puts back: a 5xx, or a full limiter
+        "retried": text.count(RETRYING),
+        "refused_by_limiter": text.count(RETRYING) - stats.errors_5xx,
         "peak_concurrency": stats.peak_concurrency,
         "failed": n - stats.succeeded,
         "double_charged": len(ledger["double_charged"]),

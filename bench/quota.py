@@ -811,7 +811,12 @@ DEFINITIONS = (__doc__ or "").partition("The optimum is")[2].strip()
 #: peak: the worst run), the first ones shown in the results table
 PEER = "dramatiq"
 PEER_SUMMARY = Summary(
-    (f"{PEER}_makespan_over_optimum", f"{PEER}_makespan_s", f"{PEER}_requests"),
+    (
+        f"{PEER}_makespan_over_optimum",
+        f"{PEER}_makespan_s",
+        f"{PEER}_requests",
+        f"{PEER}_refused_by_limiter",
+    ),
     (
         f"{PEER}_rate_limited_429",
         f"{PEER}_peak_concurrency",
