@@ -3,6 +3,7 @@
     python -m bench.quota                  # every scenario, 3 runs each
     python -m bench.quota Q1 Q3 --runs 5
     python -m bench.quota Q2 --quick       # smaller and faster, 1 run: for smoke runs
+    python -m bench.quota Q1 --peers       # each run beside Dramatiq's (bench/peer_q1.py)
 
 Every run starts from nothing: a scratch SQLite file, a fresh simulator (in this event loop,
 answering over real HTTP on a loopback port), a ``Floodway`` whose kind is declared in
@@ -18,6 +19,8 @@ The optimum is what the provider's quota allows; each scenario's definition:
 - Q2, Q4: optimum = (N - B) / R + d: the provider's rate R per second, less the initial burst B
   of a bucket configured with the provider's own limit at headroom 1.0 (1 s of refill, so
   B = R x 1 s), plus one service time d for the last request to come back.
+- Q2b: as Q2's, for a provider that enforces the same limit as an exact token bucket of a
+  second's refill (Q6's), so B is both buckets' capacity.
 - Q3: small tasks' mean turnaround (submit -> done) with floodway's order, divided by the same
   with order forced to strict FIFO: the same limits, ``AdmissionTuning(aging_s=1e-6)`` (every
   task is "aged" at once, so the sort falls back to submit order and a refused head-of-line
@@ -45,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import peer_q1
 from bench.apps import q1 as q1app
 from bench.apps.provider import KIND, RESOURCE, provider_settings
 from bench.common import write_result
@@ -209,6 +213,8 @@ class Scenario:
     summary: Summary
     check: Check
     slow: bool = False  # at least a minute whatever the size: left out of --quick sweeps
+    #: another queue's run of the same scenario and seed (``--peers``), its figures prefixed
+    peer: Callable[[int, bool], Coroutine[Any, Any, Figures]] | None = None
 
 
 # -- Q1: a concurrency cap -----------------------------------------------------------------
@@ -330,6 +336,16 @@ async def q4b_run(seed: int, quick: bool) -> Figures:
         "window_optimum_s": window,
         "makespan_over_window_optimum": figures["makespan_s"] / window,
     }
+
+
+async def q2b_run(seed: int, quick: bool) -> Figures:
+    """Q2 against a provider that enforces its rate as an exact token bucket of a second's
+    refill (Q6's provider), the same figure configured at headroom 1.0: no margin at all."""
+    case = rate_case(quick)
+    resource = ResourceConfig(requests_per_minute=case.rpm, headroom=Q2_HEADROOM)
+    bucket = Q6_BUCKET * (10 if quick else 1)
+    figures = await rate_run(seed, case, resource, bucket=bucket)
+    return {**figures, "headroom": Q2_HEADROOM, "provider_bucket": bucket}
 
 
 def q2_check(f: Figures) -> bool:
@@ -618,6 +634,7 @@ SCENARIOS: dict[str, Scenario] = {
                 ("rate_limited_429", "failed", "lost", "double_charged"),
             ),
             q1_check,
+            peer=peer_q1.dramatiq_run,
         ),
         Scenario(
             "Q2",
@@ -631,6 +648,24 @@ SCENARIOS: dict[str, Scenario] = {
                     "optimum_s",
                     "initial_burst",
                     "headroom",
+                    "requests",
+                ),
+                ("rate_limited_429", "failed", "lost", "double_charged"),
+            ),
+            q2_check,
+        ),
+        Scenario(
+            "Q2b",
+            "as Q2, the provider enforcing its 600/min as an exact token bucket of 10 (Q6's)",
+            "makespan/optimum <= 1.05; 429s 0 (Q2's floors)",
+            q2b_run,
+            Summary(
+                (
+                    "makespan_over_optimum",
+                    "makespan_s",
+                    "optimum_s",
+                    "initial_burst",
+                    "provider_bucket",
                     "requests",
                 ),
                 ("rate_limited_429", "failed", "lost", "double_charged"),
@@ -772,6 +807,25 @@ DEFINITIONS = (__doc__ or "").partition("The optimum is")[2].strip()
 # ==========================================================================================
 # Running and recording
 # ==========================================================================================
+#: the peer's figures in a scenario's summary (medians; the counts that must be zero and the
+#: peak: the worst run), the first ones shown in the results table
+PEER = "dramatiq"
+PEER_SUMMARY = Summary(
+    (
+        f"{PEER}_makespan_over_optimum",
+        f"{PEER}_makespan_s",
+        f"{PEER}_requests",
+        f"{PEER}_refused_by_limiter",
+    ),
+    (
+        f"{PEER}_rate_limited_429",
+        f"{PEER}_peak_concurrency",
+        f"{PEER}_failed",
+        f"{PEER}_double_charged",
+    ),
+)
+
+
 def run_scenario(
     scenario: Scenario,
     runs: int,
@@ -780,15 +834,25 @@ def run_scenario(
     prefix: str = "quota",
     definitions: str | None = None,
     record: bool = True,
+    peers: bool = False,
 ) -> Figures:
     """Run ``scenario`` ``runs`` times (each in a fresh event loop), print each run, and
-    write the summary to bench/results/<prefix>-<ID>[-quick].json."""
+    write the summary to bench/results/<prefix>-<ID>[-quick].json. ``peers``: each run is
+    followed by the scenario's peer on the same seed, so both see the machine alike."""
+    peer = scenario.peer if peers else None
     results: list[Figures] = []
     for i in range(runs):
         figures = asyncio.run(scenario.run(FIRST_SEED + i, quick))
+        if peer is not None:
+            theirs = asyncio.run(peer(FIRST_SEED + i, quick))
+            figures |= {f"{PEER}_{k}": v for k, v in theirs.items()}
         results.append(figures)
         print(f"{scenario.id} run {i + 1}: {describe(rounded(figures, 3))}", flush=True)
     summary = rounded(scenario.summary.of(results))
+    shown = [*scenario.summary.headline[:4], *scenario.summary.worst]
+    if peer is not None:
+        summary |= rounded(PEER_SUMMARY.of(results))
+        shown += [PEER_SUMMARY.headline[0], *PEER_SUMMARY.worst[:2]]
     outcome: Figures = {
         "id": scenario.id,
         "scenario": scenario.title + (" (quick size)" if quick else ""),
@@ -797,7 +861,7 @@ def run_scenario(
         "passed": scenario.check(summary),
         "figures": summary,
         # what the results table shows: the leading medians and the must-be-zero counts
-        "shown": [*scenario.summary.headline[:4], *scenario.summary.worst],
+        "shown": shown,
         "runs": [rounded(r) for r in results],
         "definitions": DEFINITIONS if definitions is None else definitions,
     }
@@ -824,6 +888,11 @@ def main() -> None:
     parser.add_argument("ids", nargs="*", metavar="ID", help=f"of {', '.join(SCENARIOS)}")
     parser.add_argument("--runs", type=int, default=None, help="default 3 (1 with --quick)")
     parser.add_argument("--quick", action="store_true", help="smaller, faster sizes")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="after each run, the same scenario and seed run by another queue (Q1: Dramatiq)",
+    )
     args = parser.parse_args()
     by_upper = {k.upper(): k for k in SCENARIOS}
     ids = [by_upper.get(i.upper(), i) for i in args.ids] or [
@@ -834,7 +903,7 @@ def main() -> None:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
     runs = args.runs or (1 if args.quick else 3)
     for scenario_id in ids:
-        run_scenario(SCENARIOS[scenario_id], runs, args.quick)
+        run_scenario(SCENARIOS[scenario_id], runs, args.quick, peers=args.peers)
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def steps() -> list[Step]:
         Step("T3 (drain at the defaults, floodway beside Dramatiq)", "bench.peers", server),
         Step("H1 (the HTTP front at the defaults)", "bench.http_load", server),
         Step("T2", "bench.scale"),
-        Step("Q1-Q8, Q4b", "bench.quota"),
+        Step("Q1-Q8, Q2b, Q4b (Q1 beside Dramatiq)", "bench.quota", ("--peers",)),
         Step("L1-L3 (learned limits that follow a provider down and up)", "bench.learning"),
         Step("U1/U2", "bench.upstream"),
         Step("C1", "bench.crash"),

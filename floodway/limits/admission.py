@@ -123,6 +123,12 @@ class AdmissionTuning:
     #: (:meth:`LimitsAdmission.renew`): a process that dies between the two orphans the slot,
     #: and its task cannot be admitted again, for this long only
     claim_ttl_s: float = 10.0
+    #: a call reaches the provider up to this long after its admission (the claim's write, a
+    #: connection opened, the handler's own start): a provider's token bucket, full until the
+    #: call arrives, starts refilling only then, so a full bucket's refill starts this late
+    #: here too (:class:`~floodway.limits.backend.Debit`). It costs this long once per burst
+    #: from a full bucket, never while the rate binds.
+    send_lag_s: float = 0.25
     #: the slot kept by ``keep_slot`` (an upstream job still running) lasts this long
     upstream_slot_ttl_s: float = 900.0
     #: a limit 429 lowers a rate to this share of what was achieved (or of its estimate)
@@ -594,10 +600,10 @@ class LimitsAdmission:
                 holds[SLOT] = 1.0
             buckets = self._buckets(plan)
             if REQUESTS in buckets:
-                debits.append(Debit(buckets[REQUESTS], 1.0))
+                debits.append(Debit(buckets[REQUESTS], 1.0, self._tuning.send_lag_s))
                 holds[REQUESTS] = 1.0
             if TOKENS in buckets and c.cost > 0:
-                debits.append(Debit(buckets[TOKENS], c.cost))
+                debits.append(Debit(buckets[TOKENS], c.cost, self._tuning.send_lag_s))
                 holds[TOKENS] = c.cost
             meter = self._meter(plan)
         if self._tenant_cap:

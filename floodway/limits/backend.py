@@ -48,8 +48,19 @@ class Bucket:
 
 @dataclass(frozen=True)
 class Debit:
+    """Take ``cost`` from ``bucket``. ``lag_s``: the call this pays for reaches the provider up
+    to this long after the take, and the provider's own bucket, full until it arrives, refills
+    only from then: a take leaves at most ``capacity - lag_s x refill`` (less the cost), so the
+    refill of a full bucket starts ``lag_s`` late, as the provider's does. Below that level
+    (the bucket has been drawing) when a take happens does not matter, and nothing is lost."""
+
     bucket: Bucket
     cost: float
+    lag_s: float = 0.0
+
+    def level_after(self, level: float) -> float:
+        b = self.bucket
+        return min(level, b.capacity - self.lag_s * b.refill_per_s) - self.cost
 
 
 @dataclass(frozen=True)

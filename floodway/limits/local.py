@@ -93,7 +93,7 @@ class LocalLimiterBackend:
             slots[claim.slot_id] = now + claim.ttl_s
             in_use.append(len(slots))
         for debit, level in zip(request.debits, levels, strict=True):
-            self._store(debit.bucket, level - debit.cost, now)
+            self._store(debit.bucket, debit.level_after(level), now)
         if request.meter is not None:
             self._count(request.meter, SENT, now)
         return AcquireResult(True, now, epoch=EPOCH, in_use=tuple(in_use))

@@ -126,7 +126,7 @@ class RedisLimiterBackend:
         for s in request.slots:
             args += [s.limit, s.slot_id, s.ttl_s * 1000, s.replaces]
         for d in request.debits:
-            args += [d.bucket.capacity, d.bucket.refill_per_s, d.cost]
+            args += [d.bucket.capacity, d.bucket.refill_per_s, d.cost, d.lag_s]
         keys = [self.key(n) for n in (EPOCH, *names)]
         if meter is not None:
             keys.append(self.key(meter.key))

@@ -90,7 +90,7 @@ end
 # KEYS: epoch, then gates.. (the recovery gate first), slot sets.., buckets.., [meter]
 # ARGV: known epoch (0 = none), recovery_ms, n_gates, n_slots, n_buckets, meter tau_ms (0 = no
 #       meter), then (limit, slot_id, ttl_ms, replaced slot_id or '') per slot, then (capacity,
-#       refill_per_s, cost) per bucket. A claim that replaces a live slot takes it over: it
+#       refill_per_s, cost, lag_s) per bucket. A claim that replaces a live slot takes it over: it
 #       does not count against the limit.
 # Returns {granted, now_ms, wait_ms ('-1' = only a release helps / never), epoch, n_refused,
 #          refused key indexes (1-based, the epoch not counted).., held key indexes..}; when
@@ -136,7 +136,8 @@ local debits = {}
 for j = 1, nb do
   local i = ng + ns + j
   local cap, rate, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  a = a + 3
+  local lag = tonumber(ARGV[a + 3])
+  a = a + 4
   local level = refilled(K[i], cap, rate, now)
   if level < cost then
     refused[#refused + 1] = i
@@ -147,7 +148,8 @@ for j = 1, nb do
       if w > wait then wait = w end
     end
   end
-  debits[j] = {K[i], level - cost, cap, rate}
+  -- Debit.level_after: a full bucket's refill starts lag seconds after the take
+  debits[j] = {K[i], math.min(level, cap - lag * rate) - cost, cap, rate}
 end
 
 if #refused > 0 then

@@ -144,11 +144,17 @@ class Outbox:
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
-        if self._task is not None:
-            return
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="floodway-outbox")
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """Built on the first delivery, not at start: a client's TLS context takes tens of
+        milliseconds of the event loop, which a starting worker's first claims would wait out
+        (and most workers never deliver a callback)."""
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=self.config.timeout, follow_redirects=False)
-        self._task = asyncio.create_task(self._loop(), name="floodway-outbox")
+        return self._client
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -205,7 +211,6 @@ class Outbox:
             hub.unwatch_all(changed)
 
     async def _deliver(self, callback: Callback) -> None:
-        assert self._client is not None
         now = self.runtime.clock.now()
         msg_id = f"msg_{callback.id}_{int(callback.finished * 1000)}"
         body = json.dumps(
@@ -227,11 +232,11 @@ class Outbox:
             target, pinned, extensions = await pinned_request(
                 url, self.runtime.settings.api.callback_hosts
             )
-            request = self._client.build_request(
+            request = self.client.build_request(
                 "POST", target, content=body, headers={**headers, **pinned}, extensions=extensions
             )
             # Streamed and never read: a receiver cannot make us buffer a large answer.
-            resp = await self._client.send(request, stream=True)
+            resp = await self.client.send(request, stream=True)
             ok, why = resp.is_success, f"answered {resp.status_code}"
             await resp.aclose()
         except Exception as exc:  # any failure to deliver is the receiver's, never ours to raise
@@ -314,7 +319,6 @@ class Outbox:
         url = self.runtime.settings.alert_url
         if not url:
             return True, ""
-        assert self._client is not None
         body = {
             "event": "task.dead",
             "task_id": task.id,
@@ -323,7 +327,7 @@ class Outbox:
             "error": task.error.to_json() if task.error else None,
         }
         try:
-            async with self._client.stream("POST", url, json=body) as resp:
+            async with self.client.stream("POST", url, json=body) as resp:
                 return resp.is_success, f"answered {resp.status_code}"
         except Exception as exc:  # the receiver's failure, never ours to raise
             return False, f"{type(exc).__name__}: {exc}"

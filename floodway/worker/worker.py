@@ -116,8 +116,8 @@ class Worker:
         #: the last pass admitted nothing: until then, look at the slot counts before listing
         #: again (None: not blocked)
         self._blocked_until: float | None = None
-        #: the last claim took every ready task: nothing waits for a slot
-        self._nothing_waits = False
+        #: ready tasks the last claim left waiting for a slot (None: more than it listed)
+        self._waiting: int | None = None
         self.completed = 0
         self.completer = Completer(runtime.store, runtime.clock)
         #: retries this worker scheduled (a heap of due times): the idle wait ends at the
@@ -291,11 +291,11 @@ class Worker:
             ready = await runtime.store.ready(ReadyQuery(kinds, now, listed))
             if not ready:
                 self._blocked_until = None
-                self._nothing_waits = True
+                self._waiting = 0
                 return 0
             admitted = await runtime.admission.admit(ready, now, limit=limit)
             permits = {p.task_id: p for p in admitted}
-            self._nothing_waits = len(ready) < listed and len(permits) == len(ready)
+            self._waiting = len(ready) - len(permits) if len(ready) < listed else None
             if not permits:
                 self._blocked_until = now + self.options.idle_poll_s
                 return 0
@@ -319,7 +319,7 @@ class Worker:
                 await runtime.admission.release(permit, now)
             raise
         if not runtime.admission.limited:
-            self._nothing_waits = len(tasks) < limit
+            self._waiting = 0 if len(tasks) < limit else None
         got = {t.id for t in tasks}
         for task_id, permit in permits.items():
             if task_id not in got:
@@ -451,13 +451,17 @@ class Worker:
         return dataclasses.replace(item, charge=charge, hung_up_until=until), settlement
 
     def _retry_now(self, task: Task, item: Completion, failed: Failed) -> bool:
-        """A task's first failure, retried while nothing else waits for a slot: its backoff
-        would only leave the provider's free room idle (the last wave of a batch waiting on
-        one 5xx), so it goes again at once, through admission like any other. A throttle or a
-        Retry-After keeps its wait, and later retries back off: an outage still spreads
-        them."""
+        """A task's first failure, retried at once while fewer tasks wait for a slot than
+        this worker has calls in flight: each of those calls frees a slot within a call's
+        time, so the waiting ones all start within about one, and a backoff (up to half a
+        second at first) would only leave the provider's room idle once they have (the last
+        wave of a batch waiting on one 5xx). It goes again through admission like any other.
+        A throttle or a Retry-After keeps its wait, later retries back off, and so does a
+        first failure behind a long queue: an outage still spreads them."""
+        in_flight = len(self.running) - self._writing
         return (
-            self._nothing_waits
+            self._waiting is not None
+            and self._waiting < max(1, in_flight)
             and item.to is Status.RETRYING
             and item.next_attempt_at is not None
             and task.attempts == 1

@@ -122,6 +122,16 @@ async def test_a_bucket_refills_over_time_up_to_capacity(harness: Harness) -> No
     assert await harness.backend.level(b) == pytest.approx(2.0)
 
 
+async def test_a_take_with_a_lag_starts_a_full_buckets_refill_that_late(harness: Harness) -> None:
+    b = bucket(capacity=4, rate=0.01)  # slow: the real clock's drift reads as nothing
+    lagged = AcquireRequest(debits=(Debit(b, 1.0, lag_s=50.0),))  # 0.5 token of refill
+    assert (await harness.backend.acquire(lagged)).granted
+    assert await harness.backend.level(b) == pytest.approx(2.5, abs=0.01)
+    # A bucket that has been drawing on lies below capacity - lag: the lag takes nothing more.
+    assert (await harness.backend.acquire(lagged)).granted
+    assert await harness.backend.level(b) == pytest.approx(1.5, abs=0.01)
+
+
 async def test_a_cost_above_capacity_never_fits(harness: Harness) -> None:
     result = await harness.backend.acquire(take(bucket(capacity=3), 4))
     assert not result.granted and result.retry_in is None

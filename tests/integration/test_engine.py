@@ -209,6 +209,53 @@ async def test_a_first_failure_with_nothing_else_waiting_is_retried_at_once(
     assert done.status is Status.SUCCEEDED and done.attempts == 3
 
 
+async def _first_failure_beside(db_url: str, clock: FakeClock, tasks: int) -> list[float]:
+    """Task 0 fails once while ``tasks - 1`` others are in flight or wait behind a cap of 3;
+    the times its attempts started before any time passed (its retry may queue behind the
+    waiting task for the slot it freed, so the others are let finish first)."""
+    settings = Settings(database=db_url, resources={"p": ResourceConfig(concurrency=3)})
+    fw = Floodway(settings=settings, clock=clock)
+    gate = asyncio.Event()
+    attempts: list[float] = []
+
+    @fw.kind("llm", resource="p", max_attempts=4)
+    async def call(ctx: Context, value: dict[str, Any]) -> dict[str, Any]:
+        if value["n"] == 0:
+            attempts.append(ctx.now())
+            if len(attempts) == 1:
+                raise RetryableError("503")
+        await gate.wait()
+        return value
+
+    async with fw:
+        submitted = [await fw.submit("llm", {"n": n}) for n in range(tasks)]
+        async with fw.worker(concurrency=10):
+            for _ in range(5):
+                await settle()
+            gate.set()
+            for _ in range(10):
+                await settle()
+            first_wave = list(attempts)
+            await clock.advance(5)  # past any first backoff (full jitter, at most 0.5 s)
+            done = await wait_all(fw, submitted)
+    assert all(t.status is Status.SUCCEEDED for t in done)
+    return first_wave
+
+
+async def test_a_first_failure_in_the_last_wave_is_retried_at_once(
+    db_url: str, clock: FakeClock
+) -> None:
+    """Three calls out, one task waiting: fewer wait than there are calls in flight, so they
+    all start within a call's time, and a backoff would leave the freed room idle after."""
+    attempts = await _first_failure_beside(db_url, clock, tasks=4)
+    assert len(attempts) == 2 and attempts[1] == attempts[0]
+
+
+async def test_a_first_failure_behind_a_queue_backs_off(db_url: str, clock: FakeClock) -> None:
+    attempts = await _first_failure_beside(db_url, clock, tasks=12)
+    assert len(attempts) == 1  # its retry waits for its backoff: nine others queue for a slot
+
+
 async def test_exhausted_task_is_dead_and_the_alert_fires(fw: Floodway, clock: FakeClock) -> None:
     alerts: list[Task] = []
     fw.on_dead(alerts.append)
