@@ -246,6 +246,17 @@ class KindSpec:
         started = task.attempt_at if task.attempt_at is not None else task.updated_at
         return started + self.longest_call_s
 
+    def follows_job(self, task: Task) -> bool:
+        """Whether ``task``'s attempt stands for an upstream job that takes a provider slot."""
+        return task.upstream_ref is not None and self.poll is not None and self.poll.holds_slots
+
+    def slot_held_until(self, task: Task, until: float, now: float) -> float:
+        """Until when the provider slot of ``task``'s attempt, left open without a worker until
+        ``until``, is held. A call has surely ended by ``until``. An upstream job may run far
+        longer than the call that submitted it: ``until`` is only when the sweeper polls it
+        again, and its slot is held until a poll finds it over (the sweeper frees it then)."""
+        return max(until, now + UNBOUNDED_CALL_S) if self.follows_job(task) else until
+
     def estimate(self, value: JSON) -> float:
         if self.cost is None:
             return 0.0

@@ -23,6 +23,7 @@ Tasks past their deadline end as ``timeout``; a task whose call is running keeps
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -38,6 +39,16 @@ from floodway.limits.base import Permit
 from floodway.runtime import Runtime
 
 log = logging.getLogger("floodway.sweeper")
+
+
+class _Running(enum.Enum):
+    RUNNING = "running"
+
+
+#: a poll said an orphaned upstream job runs on
+RUNNING = _Running.RUNNING
+#: how an orphaned call ended: its late success (if any) and what it billed
+_Ended = tuple[Succeeded | None, Charge | None]
 
 
 @dataclass
@@ -95,7 +106,8 @@ class Sweeper:
             assert task.lease_token is not None
             now = runtime.clock.now()
             if await runtime.store.orphan_attempt(task.id, task.lease_token, bound, now):
-                await runtime.admission.hold(self._permit(task), bound)
+                held = spec.slot_held_until(task, bound, now)
+                await runtime.admission.hold(self._permit(task), held)
             return
         item = await self._decide(task, spec, bound)
         if item is None:
@@ -158,12 +170,19 @@ class Sweeper:
     # -- calls nobody could see end -------------------------------------------------------------
     async def _close_orphans(self) -> int:
         """Close the attempts left open without a worker whose call has surely ended now, with
-        a last look-up where the provider has one: a late success is the work's result."""
+        a last look-up where the provider has one: a late success is the work's result. An
+        upstream job has no such bound (it may run far longer than the call that submitted
+        it): its attempt is closed when a poll says the job is over, and until then it stays
+        open, its slot held, to the next look."""
         runtime = self.runtime
         closed = 0
         for task in await runtime.store.ended_orphans(runtime.clock.now(), self.batch):
             assert task.lease_token is not None
-            result, charge = await self._look_up(task)
+            job = await self._poll_job(task)
+            if job is RUNNING:
+                await self._look_again(task)
+                continue
+            result, charge = job if job is not None else await self._look_up(task)
             now = runtime.clock.now()
             closed_now = await runtime.store.close_attempt(
                 task.id, task.lease_token, result, now, charge
@@ -172,6 +191,40 @@ class Sweeper:
                 await runtime.admission.release_slots(self._permit(task))
                 closed += 1
         return closed
+
+    async def _poll_job(self, task: Task) -> _Ended | _Running | None:
+        """What a poll says of the upstream job an orphaned attempt stands for: it runs on
+        (or the poll itself failed: it may), or it is over (a success is the work's result,
+        a failure billed nothing). None: the attempt is no upstream job's."""
+        runtime = self.runtime
+        spec = runtime.kinds.get(task.kind) if task.kind in runtime.kinds else None
+        if spec is None or not spec.follows_job(task):
+            return None
+        assert spec.poll is not None and task.upstream_ref is not None
+        ctx = runtime.context(task)
+        try:
+            state, value = await spec.poll.poll(ctx, task.upstream_ref)
+        except Exception as exc:
+            if runtime.policy.classify(exc).error.cls is ErrorClass.RETRYABLE:
+                return RUNNING
+            return None, None
+        if state == "running":
+            return RUNNING
+        if state == "done":
+            return Succeeded(value, ctx.usage), runtime.charge(task, ctx.billed)
+        return None, None
+
+    async def _look_again(self, task: Task) -> None:
+        """An orphaned upstream job still runs: its attempt stays open, and its slot taken,
+        until the next poll the kind's schedule sets for a job of its age."""
+        runtime = self.runtime
+        spec = runtime.kinds.get(task.kind)
+        assert spec.poll is not None and task.lease_token is not None
+        now = runtime.clock.now()
+        started = task.started_at if task.started_at is not None else now
+        until = now + spec.poll.schedule.next_delay(now - started, task.poll_attempts + 1)
+        if await runtime.store.orphan_attempt(task.id, task.lease_token, until, now):
+            await runtime.admission.hold(self._permit(task), spec.slot_held_until(task, until, now))
 
     async def _look_up(self, task: Task) -> tuple[Succeeded | None, Charge | None]:
         """A late success the provider's look-up finds, and what it billed for it. Without a
@@ -203,9 +256,16 @@ class Sweeper:
             item = changes.past_deadline(task, now, self._longest_call(task))
             (applied,) = await runtime.store.complete([item], now)
             if applied.applied and item.orphan_until is not None:
-                await runtime.admission.hold(self._permit(task), item.orphan_until)
+                held = self._held_until(task, item.orphan_until, now)
+                await runtime.admission.hold(self._permit(task), held)
             count += applied.applied
         return count
+
+    def _held_until(self, task: Task, until: float, now: float) -> float:
+        kinds = self.runtime.kinds
+        if task.kind not in kinds:
+            return until
+        return kinds.get(task.kind).slot_held_until(task, until, now)
 
     def _longest_call(self, task: Task) -> float:
         kinds = self.runtime.kinds

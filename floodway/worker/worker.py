@@ -188,7 +188,8 @@ class Worker:
             if task.parked:  # its job runs upstream: held until its poll or callback ends it
                 until = runtime.clock.now() + UNBOUNDED_CALL_S
             elif task.lease_owner is None:  # its worker died: held until its call could end
-                until = task.lease_expires_at or runtime.clock.now()
+                now = runtime.clock.now()
+                until = spec.slot_held_until(task, task.lease_expires_at or now, now)
             else:
                 until = spec.call_ends_by(task)
             permit = runtime.admission.permit_for(

@@ -2,7 +2,7 @@
 whether or not floodway still listens (harness/billing.py), on SQLite and PostgreSQL.
 
 Each test is one way floodway stops waiting for a call it sent: a timeout, a cancel while the
-call runs, a deadline mid-call. Before the rule, each paid again, let more calls run at the
+call runs, a deadline mid-call, an upstream job given up on while it runs. Before the rule, each paid again, let more calls run at the
 provider than the cap, or let a tenant spend past its budget with the ledger saying less than
 the provider billed.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from floodway import BudgetExceeded, Floodway, Settings, Status, Task
+from floodway import BudgetExceeded, Context, Floodway, Parked, Settings, Status, Task
 from floodway.config import BudgetConfig, PriceConfig, ResourceConfig, TenantConfig
 from floodway.store.base import TaskQuery
 from floodway.testing import FakeClock, settle
@@ -206,3 +206,69 @@ async def test_a_budget_cannot_be_walked_past_by_cancels_or_deadlines(
         assert await spent(fw) == pytest.approx(provider.billed)
         use = await fw.budget_use("default", 0.0)
         assert use.held == 0
+
+
+JOB_S = 12.0  # an upstream job runs far longer than the call that submitted it (TIMEOUT_S)
+
+
+def job_kind(fw: Floodway, provider: BillingProvider) -> None:
+    """A kind whose handler submits a job (the provider runs it ``JOB_S``, billing it when it
+    ends) and parks; a poll reads it, and nothing can stop it upstream."""
+
+    async def submit(ctx: Context, value: object) -> Parked:
+        if ctx.upstream_ref is None:
+            provider.start(ctx)
+            await ctx.set_upstream_ref(ctx.work_key)
+        return Parked(ctx.work_key, ctx.now() + 1.0)
+
+    async def poll(ctx: Context, ref: str) -> tuple[str, object]:
+        if ref in provider.done:
+            return "done", provider.done[ref]
+        if any(call.key == ref for call in provider.running):
+            return "running", None
+        return "failed", "the job is gone"
+
+    fw.kind(
+        "job",
+        resource="api",
+        timeout=TIMEOUT_S,
+        deadline=None,
+        idempotent=True,
+        poll=poll,  # type: ignore[arg-type]
+        poll_after=1.0,
+    )(submit)
+
+
+@pytest.mark.parametrize("how", ["cancel", "deadline"])
+async def test_an_upstream_job_given_up_on_keeps_its_slot_until_a_poll_sees_it_end(
+    database: str, clock: FakeClock, how: str
+) -> None:
+    """A job floodway stops following (its task cancelled, or past its deadline) while the
+    provider goes on with it: the task ends at once, but the job's slot stays taken until a
+    poll finds the job over, not for the submitting call's timeout, so the next job waits
+    (cap 1) instead of running beside it; the attempt is closed then, the late result kept."""
+    provider = BillingProvider(clock, call_s=JOB_S, price=PRICE, cap=1, honours_keys=True)
+    fw = Floodway(settings=settings(database, cap=1), clock=clock)
+    job_kind(fw, provider)
+    try:
+        async with fw.worker(grace_s=0):
+            first = await fw.submit("job", {"i": 1}, deadline_s=3.0 if how == "deadline" else None)
+            await run_for(clock, 1)
+            assert (await fw.get(first.id)).parked
+            if how == "cancel":
+                await fw.cancel(first.id)
+            second = await fw.submit("job", {"i": 2})
+            await run_for(clock, JOB_S - 2)  # well past the timeout, the first job still runs
+            ended = await fw.get(first.id)
+            assert ended.status is (Status.CANCELLED if how == "cancel" else Status.TIMEOUT)
+            assert ended.lease_token is not None  # its attempt is open: the job runs
+            assert (await fw.get(second.id)).status is Status.QUEUED
+            assert provider.in_flight == 1 and provider.violations == []
+            await run_for(clock, JOB_S + 4)
+            closed, done = await fw.get(first.id), await fw.get(second.id)
+        assert closed.lease_token is None and closed.result is not None  # the late success
+        assert done.status is Status.SUCCEEDED
+        assert provider.violations == [] and provider.peak == 1
+        assert sum(provider.charges.values()) == 2
+    finally:
+        await fw.close()
