@@ -2,7 +2,10 @@
 
 A worker is dead when the ledger says its process is (its liveness lock is free: the kernel or
 the database server released it when the process died, so this is known at once), or, for a
-worker that hangs, when its lease expires. Each open attempt it held is reconciled:
+worker that hangs, when its lease expires while the ledger takes writes: a lease that ran out
+during a ledger outage says nothing (no worker could renew it, and one holding an outcome it
+could not write is writing it still), so after an outage leases are judged again only once
+the ledger has been back a whole lease. Each open attempt it held is reconciled:
 
 - the task is still ``running``: an upstream job already submitted -> resume it (the handler
   sees ``ctx.upstream_ref``); the provider can look the work up by its key -> take the result;
@@ -63,6 +66,19 @@ class Sweeper:
     def __init__(self, runtime: Runtime, batch: int = 500) -> None:
         self.runtime = runtime
         self.batch = batch
+        #: since when the ledger has taken writes, as far as leases go (None: it is out now)
+        self._ledger_up_since: float | None = float("-inf")
+
+    def ledger_unavailable(self) -> None:
+        """A round found the ledger out: no worker can renew its lease until it is back."""
+        self._ledger_up_since = None
+
+    def _leases_judged(self, now: float) -> bool:
+        """Whether a lease expired now means its worker hangs: the ledger has been taking
+        writes for a whole lease, time for every live worker to renew its own."""
+        if self._ledger_up_since is None:
+            self._ledger_up_since = now  # this round reached it: back from now
+        return now >= self._ledger_up_since + self.runtime.settings.worker.lease
 
     async def run_once(self) -> SweepReport:
         report = await self.recover()
@@ -77,7 +93,7 @@ class Sweeper:
         store, now = self.runtime.store, self.runtime.clock.now()
         owners = await store.lease_owners()
         dead = await store.dead(sorted(_identities(owners))) if owners else set()
-        found = await store.expired_leases(now, self.batch)
+        found = await store.expired_leases(now, self.batch) if self._leases_judged(now) else []
         if dead:
             of_dead = [o for o in owners if identity_of(o) in dead]
             found += await store.attempts_of(of_dead, self.batch)

@@ -2,9 +2,9 @@
 whether or not floodway still listens (harness/billing.py), on SQLite and PostgreSQL.
 
 Each test is one way floodway stops waiting for a call it sent: a timeout, a cancel while the
-call runs, a deadline mid-call, an upstream job given up on while it runs. Before the rule, each paid again, let more calls run at the
-provider than the cap, or let a tenant spend past its budget with the ledger saying less than
-the provider billed.
+call runs, a deadline mid-call, an upstream job given up on while it runs. Before the rule,
+each paid again, let more calls run at the provider than the cap, or let a tenant spend past
+its budget with the ledger saying less than the provider billed.
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ def job_kind(fw: Floodway, provider: BillingProvider) -> None:
         timeout=TIMEOUT_S,
         deadline=None,
         idempotent=True,
-        poll=poll,  # type: ignore[arg-type]
+        poll=poll,
         poll_after=1.0,
     )(submit)
 
