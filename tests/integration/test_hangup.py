@@ -2,7 +2,8 @@
 whether or not floodway still listens (harness/billing.py), on SQLite and PostgreSQL.
 
 Each test is one way floodway stops waiting for a call it sent: a timeout, a cancel while the
-call runs, a deadline mid-call, an upstream job given up on while it runs. Before the rule,
+call runs, a deadline mid-call, a worker's death mid-call, an upstream job given up on while
+it runs. Before the rule,
 each paid again, let more calls run at the provider than the cap, or let a tenant spend past
 its budget with the ledger saying less than the provider billed.
 """
@@ -10,15 +11,15 @@ its budget with the ledger saying less than the provider billed.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import pytest
 
 from floodway import BudgetExceeded, Context, Floodway, Parked, Settings, Status, Task
-from floodway.config import BudgetConfig, PriceConfig, ResourceConfig, TenantConfig
+from floodway.config import BudgetConfig, PriceConfig, ResourceConfig, TenantConfig, WorkerConfig
 from floodway.store.base import TaskQuery
-from floodway.testing import FakeClock, settle
+from floodway.testing import FakeClock, settle, sever
 from harness.billing import BillingProvider
 from harness.pg import fresh_schema, postgres_unavailable, schema_url
 
@@ -206,6 +207,50 @@ async def test_a_budget_cannot_be_walked_past_by_cancels_or_deadlines(
         assert await spent(fw) == pytest.approx(provider.billed)
         use = await fw.budget_use("default", 0.0)
         assert use.held == 0
+
+
+@pytest.mark.parametrize("lookup", [False, True])
+async def test_a_call_slower_than_the_timeout_keeps_its_slot_past_its_workers_death(
+    database: str, clock: FakeClock, lookup: bool
+) -> None:
+    """A process dies while its call, slower than the kind's timeout, runs on at the
+    provider (no keys; with or without a look-up). The next process holds the dead call's
+    slot as long as a call floodway hung up on at its timeout: one more timeout, not the
+    timeout alone, so the next call (cap 1) does not run beside it."""
+    provider = BillingProvider(clock, call_s=CALL_S, price=PRICE, cap=1)
+
+    # A severed PostgreSQL process is not judged dead (closing its store said goodbye): its
+    # lease expires instead, 5 s after its death.
+    config = settings(database, cap=1).model_copy(update={"worker": WorkerConfig(lease=5.0)})
+
+    def process() -> Floodway:
+        fw = Floodway(settings=config, clock=clock)
+        found = provider.look_up if lookup else None
+        fw.kind("gen", resource="api", deadline=None, timeout=TIMEOUT_S, lookup=found)(
+            provider.call
+        )
+        return fw
+
+    first = process()
+    async with AsyncExitStack() as alive:
+        alive.push_async_callback(first.close)
+        await alive.enter_async_context(first.worker(grace_s=0))
+        dying = await first.submit("gen", {"i": 1})
+        await run_for(clock, 0.5)
+        assert provider.in_flight == 1
+        await sever(first)
+    second = process()
+    async with second, second.worker(grace_s=0):
+        after = await second.submit("gen", {"i": 2})
+        await run_for(clock, CALL_S)  # past the timeout: the dead call still runs
+        assert provider.violations == []
+        await run_for(clock, 2 * TIMEOUT_S + 4)
+        done = await second.get(after.id)
+        dead = await second.get(dying.id)
+    assert done.status is Status.TIMEOUT  # it was sent, once the first call could have ended
+    assert dead.lease_token is None  # its attempt closed then
+    assert provider.violations == [] and provider.peak == 1
+    assert sum(provider.charges.values()) == 2
 
 
 JOB_S = 12.0  # an upstream job runs far longer than the call that submitted it (TIMEOUT_S)
