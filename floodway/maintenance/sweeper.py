@@ -7,8 +7,11 @@ during a ledger outage says nothing (no worker could renew it, and one holding a
 could not write is writing it still), so after an outage leases are judged again only once
 the ledger has been back a whole lease. Each open attempt it held is reconciled:
 
-- the task is still ``running``: an upstream job already submitted -> resume it (the handler
-  sees ``ctx.upstream_ref``); the provider can look the work up by its key -> take the result;
+- the task is still ``running``: an upstream job already submitted -> parked again, its job
+  polled at once and its slot held until a poll finds it over (a job that failed sends the
+  task back to its handler, which sees ``ctx.upstream_ref``; a kind whose jobs take no slot
+  goes back to its handler at once); the provider can look the work up by its key -> take
+  the result;
   the provider honours the key -> resubmit (it replays instead of billing again); otherwise
   -> ``failed`` (``interrupted``);
 - whatever the task became, a call that may still be running at the provider keeps its
@@ -125,6 +128,9 @@ class Sweeper:
                 held = spec.slot_held_until(task, bound, now)
                 await runtime.admission.hold(self._permit(task), held)
             return
+        if spec.follows_job(task):
+            await self._follow_again(task, spec, bound, report)
+            return
         item = await self._decide(task, spec, bound)
         if item is None:
             return
@@ -140,6 +146,21 @@ class Sweeper:
         if item.to is Status.FAILED:
             report.interrupted += 1
         else:
+            report.recovered += 1
+
+    async def _follow_again(
+        self, task: Task, spec: KindSpec, bound: float, report: SweepReport
+    ) -> None:
+        """The dead worker was polling the task's upstream job, or had just recorded it: the
+        task is parked again, polled at once by whoever polls, and the job's slot stays held
+        until a poll finds it over (as a restarted process holds a parked task's), not
+        given back while the task would wait for admission beside a job still running."""
+        runtime = self.runtime
+        now = runtime.clock.now()
+        assert task.lease_token is not None and task.upstream_ref is not None
+        if await runtime.store.park(task.id, task.lease_token, task.upstream_ref, now, now):
+            held = spec.slot_held_until(task, bound, now)
+            await runtime.admission.hold(self._permit(task), held)
             report.recovered += 1
 
     async def _decide(self, task: Task, spec: KindSpec, bound: float) -> Completion | None:

@@ -18,7 +18,7 @@ import pytest
 
 from floodway import BudgetExceeded, Context, Floodway, Parked, Settings, Status, Task
 from floodway.config import BudgetConfig, PriceConfig, ResourceConfig, TenantConfig, WorkerConfig
-from floodway.store.base import TaskQuery
+from floodway.store.base import ClaimParams, TaskQuery
 from floodway.testing import FakeClock, settle, sever
 from harness.billing import BillingProvider
 from harness.pg import fresh_schema, postgres_unavailable, schema_url
@@ -315,5 +315,37 @@ async def test_an_upstream_job_given_up_on_keeps_its_slot_until_a_poll_sees_it_e
         assert done.status is Status.SUCCEEDED
         assert provider.violations == [] and provider.peak == 1
         assert sum(provider.charges.values()) == 2
+    finally:
+        await fw.close()
+
+
+async def test_a_job_whose_poller_died_keeps_its_slot_until_its_task_resumes_it(
+    database: str, clock: FakeClock
+) -> None:
+    """A worker died holding the lease of a task whose job runs upstream (mid-handler, the
+    job's id recorded, or mid-poll). The sweeper parks the task again and the job's slot
+    stays taken until a poll finds it over, so a queued job (cap 1, interactive: admitted
+    first) does not start beside it; the task ends with that job's result."""
+    provider = BillingProvider(clock, call_s=JOB_S, price=PRICE, cap=1, honours_keys=True)
+    config = settings(database, cap=1).model_copy(update={"worker": WorkerConfig(lease=2.0)})
+    fw = Floodway(settings=config, clock=clock)
+    job_kind(fw, provider)
+    try:
+        first = await fw.submit("job", {"i": 1})
+        now = clock.now()
+        params = ClaimParams("dead-worker", "dead-lease", ("job",), 1, now, lease_s=2.0)
+        [claimed] = await fw.store.claim(params)
+        await fw.runtime.context(claimed).set_upstream_ref(claimed.work_key)
+        provider.start(fw.runtime.context(claimed))
+        second = await fw.submit("job", {"i": 2}, lane="interactive")  # admitted first
+        async with fw.worker(grace_s=0):
+            await run_for(clock, JOB_S - 2)
+            assert provider.violations == [] and provider.in_flight == 1
+            assert (await fw.get(second.id)).status is Status.QUEUED
+            await run_for(clock, JOB_S + 8)
+            done = [await fw.get(first.id), await fw.get(second.id)]
+        assert [t.status for t in done] == [Status.SUCCEEDED, Status.SUCCEEDED]
+        assert done[0].upstream_ref == claimed.work_key  # resumed, not submitted again
+        assert provider.violations == [] and sum(provider.charges.values()) == 2
     finally:
         await fw.close()
