@@ -10,7 +10,7 @@ from typing import Any, Literal, Protocol
 from floodway.config import KindConfig
 from floodway.context import Context
 from floodway.core.errors import ConfigError, UnknownKind
-from floodway.core.hangup import Provider
+from floodway.core.hangup import Provider, unseen_call_s
 from floodway.core.task import GLOBAL_SCOPE, JSON, Lane, Task, fingerprint, tenant_scope
 from floodway.core.tiers import (
     LineResult,
@@ -191,8 +191,8 @@ class KindSpec:
     resource: str | None = None
     max_attempts: int = DEFAULTS.max_attempts
     deadline_s: float | None = DEFAULTS.deadline
-    #: how long one call may take; it also bounds how long a call whose worker died may still
-    #: be running at the provider (its slot and its work are held that long)
+    #: how long one call may take; twice that bounds how long a call floodway hung up on, or
+    #: whose worker died, may still be running at the provider (its slot and work are held)
     timeout_s: float | None = DEFAULTS.timeout
     cost: CostFn | None = None
     version: str = DEFAULTS.version
@@ -228,7 +228,8 @@ class KindSpec:
 
     @property
     def longest_call_s(self) -> float:
-        """How long one call may run at the provider, at the longest: the kind's timeout."""
+        """How long floodway waits for one call: the kind's timeout. The provider may go on
+        longer (core/hangup.py: unseen_call_s)."""
         return self.timeout_s if self.timeout_s is not None else UNBOUNDED_CALL_S
 
     @property
@@ -242,7 +243,18 @@ class KindSpec:
         if task.call_ends_by is not None:
             return task.call_ends_by
         started = task.attempt_at if task.attempt_at is not None else task.updated_at
-        return started + self.longest_call_s
+        return started + unseen_call_s(self.longest_call_s)
+
+    def follows_job(self, task: Task) -> bool:
+        """Whether ``task``'s attempt stands for an upstream job that takes a provider slot."""
+        return task.upstream_ref is not None and self.poll is not None and self.poll.holds_slots
+
+    def slot_held_until(self, task: Task, until: float, now: float) -> float:
+        """Until when the provider slot of ``task``'s attempt, left open without a worker until
+        ``until``, is held. A call has surely ended by ``until``. An upstream job may run far
+        longer than the call that submitted it: ``until`` is only when the sweeper polls it
+        again, and its slot is held until a poll finds it over (the sweeper frees it then)."""
+        return max(until, now + UNBOUNDED_CALL_S) if self.follows_job(task) else until
 
     def estimate(self, value: JSON) -> float:
         if self.cost is None:

@@ -11,8 +11,9 @@ what the kind declares about its provider:
   result and its bill are recorded, its slot freed when the provider is done;
 - a timeout, a shutdown past its grace, or a death cannot read on: the attempt stays open,
   its provider slot taken and its estimate held against the budget, until the call could
-  have ended (:func:`call_bound_s`); an attempt nobody saw end is recorded as possibly billed
-  at its estimate;
+  have ended (:func:`call_bound_s`; a call that outlived its timeout is taken to run one more,
+  whether floodway hung up on it or died waiting: :func:`unseen_call_s`); an attempt nobody
+  saw end is recorded as possibly billed at its estimate;
 - the same work is sent again only where that cannot pay twice: under the same key to a
   provider that honours it; a look-up is asked first where the provider has one; to a
   provider with neither, never while the call may run (a timeout ends the task ``timeout``,
@@ -97,22 +98,32 @@ MARGIN = 2.0
 SLACK_S = 0.5
 
 
+def unseen_call_s(timeout_s: float) -> float:
+    """How long a call nobody saw end may run at the provider, at the longest: its timeout,
+    and one more. The provider does not stop at floodway's timeout: a call floodway hung up on
+    there is taken to run one more (:func:`held_until`), and so is one whose worker died
+    before it could hang up."""
+    return 2 * timeout_s
+
+
 def call_bound_s(durations: Sequence[float], timeout_s: float) -> float:
     """How long a call of a kind may run at the provider, at the longest, as floodway assumes
     when it cannot see the call end: from what the kind's recent calls took (a high quantile,
-    doubled, plus half a second), never above ``timeout_s``; ``timeout_s`` until enough calls
-    have been seen."""
+    doubled, plus half a second; a call that timed out counts as :func:`unseen_call_s`), never
+    above :func:`unseen_call_s`, which holds until enough calls have been seen."""
+    longest = unseen_call_s(timeout_s)
     if len(durations) < MIN_SAMPLES:
-        return timeout_s
+        return longest
     ordered = sorted(durations)
     rank = max(0, math.ceil(QUANTILE * len(ordered)) - 1)
-    return min(timeout_s, ordered[rank] * MARGIN + SLACK_S)
+    return min(longest, ordered[rank] * MARGIN + SLACK_S)
 
 
 class CallTimes:
     """How long each kind's recent calls took (in process memory): the calls that answered,
-    whatever they answered. A bound drawn from them is written on each attempt as it starts,
-    so a process started after a crash reads it from the ledger."""
+    whatever they answered, and the calls floodway timed out on, at the length it takes them
+    to run (:func:`unseen_call_s`). A bound drawn from them is written on each attempt as it
+    starts, so a process started after a crash reads it from the ledger."""
 
     def __init__(self, size: int = 256) -> None:
         self._size = size

@@ -11,6 +11,7 @@ import itertools
 import logging
 
 from floodway.clock import stop_task
+from floodway.core.errors import StoreError
 from floodway.core.owners import owner_name
 from floodway.maintenance.leader import lead
 from floodway.maintenance.limits_watch import LocalLimitsWatch
@@ -86,6 +87,9 @@ class Maintenance:
                 ):
                     last_purge = self.runtime.clock.now()
                     await self.retainer.run_once()
+            except StoreError as exc:
+                self.sweeper.ledger_unavailable()
+                log.warning("maintenance round failed, the ledger is out: %s", exc)
             except Exception:
                 log.exception("maintenance round failed")
             await self.runtime.clock.sleep(self.sweep_every_s)

@@ -75,11 +75,10 @@ async def finish_upstream(
     applied = (await runtime.store.complete([item], now))[0]
     if not applied.applied:
         return False
-    settlement = Settlement(
-        actual_cost=usage,
-        headers=dict(headers or {}),
-        still_running_s=None if item.orphan_until is None else item.orphan_until - now,
-    )
+    held = None
+    if item.orphan_until is not None:
+        held = runtime.kinds.get(task.kind).slot_held_until(task, item.orphan_until, now) - now
+    settlement = Settlement(actual_cost=usage, headers=dict(headers or {}), still_running_s=held)
     await runtime.admission.settle(permit_of(runtime, task), settlement, runtime.clock.now())
     return True
 

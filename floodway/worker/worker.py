@@ -29,7 +29,7 @@ from floodway.config import WorkerConfig
 from floodway.context import Context
 from floodway.core import changes
 from floodway.core.errors import Unavailable
-from floodway.core.hangup import Provider, Why, held_until, on_hang_up
+from floodway.core.hangup import Provider, Why, held_until, on_hang_up, unseen_call_s
 from floodway.core.outcome import Applied, Completion, Failed, Parked
 from floodway.core.owners import owner_name
 from floodway.core.spend import possibly_billed
@@ -188,7 +188,8 @@ class Worker:
             if task.parked:  # its job runs upstream: held until its poll or callback ends it
                 until = runtime.clock.now() + UNBOUNDED_CALL_S
             elif task.lease_owner is None:  # its worker died: held until its call could end
-                until = task.lease_expires_at or runtime.clock.now()
+                now = runtime.clock.now()
+                until = spec.slot_held_until(task, task.lease_expires_at or now, now)
             else:
                 until = spec.call_ends_by(task)
             permit = runtime.admission.permit_for(
@@ -374,6 +375,8 @@ class Worker:
             await asyncio.shield(self._finish(run, item, settlement))
             return
         if isinstance(outcome, Failed) and outcome.hung_up:
+            # It outlived its timeout: later attempts' bounds count it as running one more.
+            runtime.call_times.record(run.task.kind, unseen_call_s(spec.longest_call_s))
             item, settlement = self._hang_up(run, Why.TIMEOUT, outcome)
             await asyncio.shield(self._finish(run, item, settlement))
             return

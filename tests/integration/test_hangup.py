@@ -2,23 +2,24 @@
 whether or not floodway still listens (harness/billing.py), on SQLite and PostgreSQL.
 
 Each test is one way floodway stops waiting for a call it sent: a timeout, a cancel while the
-call runs, a deadline mid-call. Before the rule, each paid again, let more calls run at the
-provider than the cap, or let a tenant spend past its budget with the ledger saying less than
-the provider billed.
+call runs, a deadline mid-call, a worker's death mid-call, an upstream job given up on while
+it runs. Before the rule,
+each paid again, let more calls run at the provider than the cap, or let a tenant spend past
+its budget with the ledger saying less than the provider billed.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import pytest
 
-from floodway import BudgetExceeded, Floodway, Settings, Status, Task
-from floodway.config import BudgetConfig, PriceConfig, ResourceConfig, TenantConfig
-from floodway.store.base import TaskQuery
-from floodway.testing import FakeClock, settle
+from floodway import BudgetExceeded, Context, Floodway, Parked, Settings, Status, Task
+from floodway.config import BudgetConfig, PriceConfig, ResourceConfig, TenantConfig, WorkerConfig
+from floodway.store.base import ClaimParams, TaskQuery
+from floodway.testing import FakeClock, settle, sever
 from harness.billing import BillingProvider
 from harness.pg import fresh_schema, postgres_unavailable, schema_url
 
@@ -206,3 +207,145 @@ async def test_a_budget_cannot_be_walked_past_by_cancels_or_deadlines(
         assert await spent(fw) == pytest.approx(provider.billed)
         use = await fw.budget_use("default", 0.0)
         assert use.held == 0
+
+
+@pytest.mark.parametrize("lookup", [False, True])
+async def test_a_call_slower_than_the_timeout_keeps_its_slot_past_its_workers_death(
+    database: str, clock: FakeClock, lookup: bool
+) -> None:
+    """A process dies while its call, slower than the kind's timeout, runs on at the
+    provider (no keys; with or without a look-up). The next process holds the dead call's
+    slot as long as a call floodway hung up on at its timeout: one more timeout, not the
+    timeout alone, so the next call (cap 1) does not run beside it."""
+    provider = BillingProvider(clock, call_s=CALL_S, price=PRICE, cap=1)
+
+    # A severed PostgreSQL process is not judged dead (closing its store said goodbye): its
+    # lease expires instead, 5 s after its death.
+    config = settings(database, cap=1).model_copy(update={"worker": WorkerConfig(lease=5.0)})
+
+    def process() -> Floodway:
+        fw = Floodway(settings=config, clock=clock)
+        found = provider.look_up if lookup else None
+        fw.kind("gen", resource="api", deadline=None, timeout=TIMEOUT_S, lookup=found)(
+            provider.call
+        )
+        return fw
+
+    first = process()
+    async with AsyncExitStack() as alive:
+        alive.push_async_callback(first.close)
+        await alive.enter_async_context(first.worker(grace_s=0))
+        dying = await first.submit("gen", {"i": 1})
+        await run_for(clock, 0.5)
+        assert provider.in_flight == 1
+        await sever(first)
+    second = process()
+    async with second, second.worker(grace_s=0):
+        after = await second.submit("gen", {"i": 2})
+        await run_for(clock, CALL_S)  # past the timeout: the dead call still runs
+        assert provider.violations == []
+        await run_for(clock, 2 * TIMEOUT_S + 4)
+        done = await second.get(after.id)
+        dead = await second.get(dying.id)
+    assert done.status is Status.TIMEOUT  # it was sent, once the first call could have ended
+    assert dead.lease_token is None  # its attempt closed then
+    assert provider.violations == [] and provider.peak == 1
+    assert sum(provider.charges.values()) == 2
+
+
+JOB_S = 12.0  # an upstream job runs far longer than the call that submitted it (TIMEOUT_S)
+
+
+def job_kind(fw: Floodway, provider: BillingProvider) -> None:
+    """A kind whose handler submits a job (the provider runs it ``JOB_S``, billing it when it
+    ends) and parks; a poll reads it, and nothing can stop it upstream."""
+
+    async def submit(ctx: Context, value: object) -> Parked:
+        if ctx.upstream_ref is None:
+            provider.start(ctx)
+            await ctx.set_upstream_ref(ctx.work_key)
+        return Parked(ctx.work_key, ctx.now() + 1.0)
+
+    async def poll(ctx: Context, ref: str) -> tuple[str, object]:
+        if ref in provider.done:
+            return "done", provider.done[ref]
+        if any(call.key == ref for call in provider.running):
+            return "running", None
+        return "failed", "the job is gone"
+
+    fw.kind(
+        "job",
+        resource="api",
+        timeout=TIMEOUT_S,
+        deadline=None,
+        idempotent=True,
+        poll=poll,
+        poll_after=1.0,
+    )(submit)
+
+
+@pytest.mark.parametrize("how", ["cancel", "deadline"])
+async def test_an_upstream_job_given_up_on_keeps_its_slot_until_a_poll_sees_it_end(
+    database: str, clock: FakeClock, how: str
+) -> None:
+    """A job floodway stops following (its task cancelled, or past its deadline) while the
+    provider goes on with it: the task ends at once, but the job's slot stays taken until a
+    poll finds the job over, not for the submitting call's timeout, so the next job waits
+    (cap 1) instead of running beside it; the attempt is closed then, the late result kept."""
+    provider = BillingProvider(clock, call_s=JOB_S, price=PRICE, cap=1, honours_keys=True)
+    fw = Floodway(settings=settings(database, cap=1), clock=clock)
+    job_kind(fw, provider)
+    try:
+        async with fw.worker(grace_s=0):
+            first = await fw.submit("job", {"i": 1}, deadline_s=3.0 if how == "deadline" else None)
+            await run_for(clock, 1)
+            assert (await fw.get(first.id)).parked
+            if how == "cancel":
+                await fw.cancel(first.id)
+            second = await fw.submit("job", {"i": 2})
+            await run_for(clock, JOB_S - 2)  # well past the timeout, the first job still runs
+            ended = await fw.get(first.id)
+            assert ended.status is (Status.CANCELLED if how == "cancel" else Status.TIMEOUT)
+            assert ended.lease_token is not None  # its attempt is open: the job runs
+            assert (await fw.get(second.id)).status is Status.QUEUED
+            assert provider.in_flight == 1 and provider.violations == []
+            await run_for(clock, JOB_S + 4)
+            closed, done = await fw.get(first.id), await fw.get(second.id)
+        assert closed.lease_token is None and closed.result is not None  # the late success
+        assert done.status is Status.SUCCEEDED
+        assert provider.violations == [] and provider.peak == 1
+        assert sum(provider.charges.values()) == 2
+    finally:
+        await fw.close()
+
+
+async def test_a_job_whose_poller_died_keeps_its_slot_until_its_task_resumes_it(
+    database: str, clock: FakeClock
+) -> None:
+    """A worker died holding the lease of a task whose job runs upstream (mid-handler, the
+    job's id recorded, or mid-poll). The sweeper parks the task again and the job's slot
+    stays taken until a poll finds it over, so a queued job (cap 1, interactive: admitted
+    first) does not start beside it; the task ends with that job's result."""
+    provider = BillingProvider(clock, call_s=JOB_S, price=PRICE, cap=1, honours_keys=True)
+    config = settings(database, cap=1).model_copy(update={"worker": WorkerConfig(lease=2.0)})
+    fw = Floodway(settings=config, clock=clock)
+    job_kind(fw, provider)
+    try:
+        first = await fw.submit("job", {"i": 1})
+        now = clock.now()
+        params = ClaimParams("dead-worker", "dead-lease", ("job",), 1, now, lease_s=2.0)
+        [claimed] = await fw.store.claim(params)
+        await fw.runtime.context(claimed).set_upstream_ref(claimed.work_key)
+        provider.start(fw.runtime.context(claimed))
+        second = await fw.submit("job", {"i": 2}, lane="interactive")  # admitted first
+        async with fw.worker(grace_s=0):
+            await run_for(clock, JOB_S - 2)
+            assert provider.violations == [] and provider.in_flight == 1
+            assert (await fw.get(second.id)).status is Status.QUEUED
+            await run_for(clock, JOB_S + 8)
+            done = [await fw.get(first.id), await fw.get(second.id)]
+        assert [t.status for t in done] == [Status.SUCCEEDED, Status.SUCCEEDED]
+        assert done[0].upstream_ref == claimed.work_key  # resumed, not submitted again
+        assert provider.violations == [] and sum(provider.charges.values()) == 2
+    finally:
+        await fw.close()
