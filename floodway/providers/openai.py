@@ -30,7 +30,7 @@ from floodway.providers.base import Finished, Submission
 from floodway.providers.cost import openai_estimate
 from floodway.providers.responses import error_for, json_body, keep_headers, report_usage
 from floodway.providers.transport import AioSession, as_httpx
-from floodway.wire.openai import ENDPOINT_PATHS, RESPONSE_ENDS, STREAM_OBJECT
+from floodway.wire.openai import ENDPOINT_PATHS, STREAM_OBJECT, is_last_event
 
 if TYPE_CHECKING:
     from floodway.context import Context
@@ -54,16 +54,6 @@ def _usage_event(events: list[str]) -> Any:
             if isinstance(chunk, dict) and (chunk.get("usage") or chunk.get("response")):
                 return chunk
     return None
-
-
-def _last_response_event(data: str) -> bool:
-    if '"type":"response.' not in data.replace(" ", ""):
-        return False
-    try:
-        event = json.loads(data)
-    except ValueError:
-        return False
-    return isinstance(event, dict) and event.get("type") in RESPONSE_ENDS
 
 
 def encode(body: JSON) -> bytes:
@@ -189,7 +179,7 @@ class OpenAIAdapter:
                             "floodway keeps of one",
                             type="stream_too_long",
                         )
-                    ended = data == "[DONE]" or _last_response_event(data)
+                    ended = is_last_event(data)
                     if ended or ctx.now() - flushed >= STREAM_FLUSH_S:
                         await ctx.stream(pending)
                         pending, flushed = [], ctx.now()

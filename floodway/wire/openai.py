@@ -5,6 +5,7 @@ maintenance may write), and the endpoints' paths."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -23,6 +24,21 @@ ENDPOINT_PATHS: dict[str, str] = {
 }
 #: a Responses stream's last event is one of these (a chat stream's is ``[DONE]``)
 RESPONSE_ENDS = frozenset({"response.completed", "response.failed", "response.incomplete"})
+
+
+def is_last_event(data: str) -> bool:
+    """Whether a stream's event (its SSE ``data``) is its last: ``[DONE]`` or a Responses end."""
+    if data == "[DONE]":
+        return True
+    if '"type":"response.' not in data.replace(" ", ""):
+        return False
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(event, dict) and event.get("type") in RESPONSE_ENDS
+
+
 #: the result of a streamed call: ``{"object": STREAM_OBJECT, "events": [data, ...]}``, its
 #: events as the provider sent them (the last one ``[DONE]``)
 STREAM_OBJECT = "floodway.stream"

@@ -28,7 +28,7 @@ from floodway.api.state import ApiState
 from floodway.core.errors import IllegalTransition
 from floodway.core.states import Status
 from floodway.core.task import Task
-from floodway.wire.openai import STREAM_OBJECT, openai_error, task_failure
+from floodway.wire.openai import STREAM_OBJECT, is_last_event, openai_error, task_failure
 
 #: events read from the ledger at once
 READ_AT_ONCE = 1000
@@ -98,6 +98,8 @@ class StreamReader:
                     shown = self.render(data)
                     if shown is not None:
                         yield shown
+                if got and is_last_event(got[-1]):
+                    return  # nothing follows the last event, not even a comment
                 got = await self._pull()
                 while not got:
                     if not await self._wait(keepalive):
@@ -111,6 +113,16 @@ class StreamReader:
         fw = self.state.fw
         task = await fw.get(self.task.id, tenant=self.task.tenant)
         self.task = task
+        if task.status in (Status.SUCCEEDED, Status.DEDUPED):
+            # The whole stream is in the result, also when the work it joined has just
+            # handed it over (the task no longer waits for that source).
+            rows = await fw.stream_events(self.source, self.sent, READ_AT_ONCE)
+            if rows:
+                self.sent = rows[-1][0]
+                return [data for _, data in rows]
+            events = _events_of(task.result)
+            rest, self.sent = events[self.sent :], len(events)
+            return rest or _Ended()
         source = task.waits_for or task.id
         if source != self.source:
             if self.sent:  # the work it joined ended without a result: its part is all
@@ -123,10 +135,6 @@ class StreamReader:
             return [data for _, data in rows]
         if not task.terminal:
             return []
-        if task.status in (Status.SUCCEEDED, Status.DEDUPED):
-            events = _events_of(task.result)
-            rest, self.sent = events[self.sent :], len(events)
-            return rest or _Ended()
         failed = task_failure(task)
         return _Ended(self._error(failed.status, failed.code or failed.slug, failed.message))
 
