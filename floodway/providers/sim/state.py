@@ -242,6 +242,18 @@ class SimulatorState:
         """Stall like a stuck upstream; cut short when the simulator shuts down."""
         await event_set_within(self._closing, self.config.hang_s)
 
+    async def serve(self, job: Job, outcome: Fate) -> None:
+        """Take a sync request's time: its latency, or a stall for a timeout. A request cut
+        short (the server shutting down) frees its slot."""
+        try:
+            if outcome is Fate.TIMEOUT:
+                await self.hang()
+            else:
+                await asyncio.sleep(self.latency_s())
+        except asyncio.CancelledError:
+            self.abandon(job)
+            raise
+
     def finish(self, job: Job, outcome: Fate) -> None:
         """End a running job: free its slot, write its result, bill or refund it."""
         if job.status != "running":

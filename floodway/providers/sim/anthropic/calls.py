@@ -3,7 +3,6 @@ drawn faults), the latency, Anthropic's errors, and billing into its ledger."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Callable
@@ -83,14 +82,7 @@ class AnthropicSimulator:
             return _rejection(decision)
         assert isinstance(decision, Admission)  # no key: nothing to replay
         job, fate = decision.job, decision.outcome
-        try:
-            if fate is Fate.TIMEOUT:
-                await core.hang()
-            else:
-                await asyncio.sleep(core.latency_s())
-        except asyncio.CancelledError:
-            core.abandon(job)
-            raise
+        await core.serve(job, fate)
         if fate is Fate.OK:
             answer = message(body, self.new_id("msg"))
             usage = answer["usage"]

@@ -85,14 +85,7 @@ class OpenAISimulator:
         if isinstance(decision, Rejection):
             return rejection(decision)
         job, fate = decision.job, decision.outcome
-        try:
-            if fate is Fate.TIMEOUT:
-                await core.hang()
-            else:
-                await asyncio.sleep(core.latency_s())
-        except asyncio.CancelledError:
-            core.abandon(job)
-            raise
+        await core.serve(job, fate)
         if fate is Fate.OK:
             return await answer(job)
         core.finish(job, fate)
