@@ -13,8 +13,9 @@ from floodway.core.tiers import BatchLine
 
 #: Record an upstream job id durably for this attempt; False when the attempt lost its lease.
 RecordRef = Callable[[str], Awaitable[bool]]
-#: Keep a streamed call's next events with the task, numbered from the first given.
-AppendEvents = Callable[[int, list[str]], Awaitable[None]]
+#: Keep a streamed call's next events with the task, numbered from the first given (with the
+#: provider's request id, when the first events bring it).
+AppendEvents = Callable[[int, list[str], str | None], Awaitable[None]]
 
 
 class LineBook(Protocol):
@@ -75,6 +76,8 @@ class Context:
         self.billed: Usage | None = None
         self.upstream_ref: str | None = task.upstream_ref
         self.response_headers: dict[str, str] = {}
+        #: the provider's id of its last answer to this attempt (kept with the task)
+        self.upstream_request_id: str | None = None
         self.throttled = False
 
     @property
@@ -123,7 +126,8 @@ class Context:
         if not events:
             return
         if self._append_events is not None:
-            await self._append_events(self.streamed + 1, events)
+            request_id = self.upstream_request_id if self.streamed == 0 else None
+            await self._append_events(self.streamed + 1, events, request_id)
         self.streamed += len(events)
 
     def lose_lease(self) -> None:

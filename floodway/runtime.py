@@ -469,8 +469,10 @@ class Runtime:
                 return False
             return await self.store.set_upstream_ref(task.id, token, ref, self.clock.now())
 
-        async def append_events(first: int, events: list[str]) -> None:
-            await self.store.append_stream(task.id, task.tenant, first, events, self.clock.now())
+        async def append_events(first: int, events: list[str], request_id: str | None) -> None:
+            await self.store.append_stream(
+                task.id, task.tenant, first, events, self.clock.now(), request_id
+            )
 
         lines = None
         if self.kinds.get(task.kind).tiers.offered != ("sync",):

@@ -91,6 +91,9 @@ class Completion:
     #: floodway stopped waiting for this attempt's call, which may run until then: should the
     #: task have ended meanwhile (a cancel, a deadline), its attempt stays open that long
     hung_up_until: float | None = None
+    #: the provider's id of its answer to this attempt's call (None: it gave none, or no
+    #: answer came): kept with the task, a later call's replacing it
+    upstream_request_id: str | None = None
 
     @property
     def closes_attempt(self) -> bool:

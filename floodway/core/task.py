@@ -72,6 +72,9 @@ class Task:
     duplicate_of: str | None = None
     waits_for: str | None = None  # in-flight task with the same fingerprint we wait on
     upstream_ref: str | None = None
+    #: the provider's id of the answer to its last call (OpenAI's ``x-request-id``, Anthropic's
+    #: ``request-id``); a deduped task's is the one of the call whose result it took
+    upstream_request_id: str | None = None
     cost_estimated: float = 0.0
     cost_actual: float | None = None
     #: held against the tenant's budget until the task ends (its estimate, priced)

@@ -42,6 +42,8 @@ FATAL_THROTTLE_TYPES = frozenset(
 )
 RETRYABLE_STATUSES = frozenset({408, 425})
 _KEPT_HEADERS = ("retry-after", "retry-after-ms")
+#: where a provider names its answer: OpenAI (and most compatible APIs), Anthropic
+REQUEST_ID_HEADERS = ("x-request-id", "request-id")
 #: the rate-limit header families the limiter reads (OpenAI's, Anthropic's, the IETF draft's)
 _KEPT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "ratelimit")
 _MESSAGE_CHARS = 500
@@ -128,11 +130,18 @@ def _too_many_concurrent(kind: str | None, message: str) -> bool:
 
 
 def keep_headers(ctx: Context, response: httpx.Response) -> None:
-    """Copy the rate-limit headers into ``ctx.response_headers`` so the limiter resyncs."""
+    """Copy the rate-limit headers into ``ctx.response_headers`` so the limiter resyncs, and
+    the provider's request id into ``ctx.upstream_request_id`` (an error's too: it is what the
+    provider's support asks for)."""
     for key, value in response.headers.items():
         low = key.lower()
         if low.startswith(_KEPT_PREFIXES) or low in _KEPT_HEADERS:
             ctx.response_headers[low] = value
+    for name in REQUEST_ID_HEADERS:
+        request_id = response.headers.get(name)
+        if request_id:
+            ctx.upstream_request_id = request_id
+            return
 
 
 async def send(

@@ -300,10 +300,17 @@ class Store(Protocol):
         ...
 
     async def append_stream(
-        self, task_id: str, tenant: str, first: int, events: Sequence[str], now: float
+        self,
+        task_id: str,
+        tenant: str,
+        first: int,
+        events: Sequence[str],
+        now: float,
+        request_id: str | None = None,
     ) -> None:
         """Add a streamed call's next events (numbered from ``first``); the task's waiters here
-        and in other processes hear of it."""
+        and in other processes hear of it. ``request_id``: the provider's id of the stream's
+        answer, kept with the task from then on."""
         ...
 
     async def read_stream(self, task_id: str, after: int, limit: int) -> list[tuple[int, str]]:

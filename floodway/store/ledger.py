@@ -133,10 +133,18 @@ class Ledger(LedgerOpenAIRecords, LedgerJobs, LedgerTierRecords, ABC):
         return task_from_row(row)
 
     async def append_stream(
-        self, task_id: str, tenant: str, first: int, events: Sequence[str], now: float
+        self,
+        task_id: str,
+        tenant: str,
+        first: int,
+        events: Sequence[str],
+        now: float,
+        request_id: str | None = None,
     ) -> None:
         await self._write(
-            lambda changes: rules.append_stream(task_id, tenant, first, events, now, changes),
+            lambda changes: rules.append_stream(
+                task_id, tenant, first, events, now, changes, request_id
+            ),
             wake=True,  # the other processes' readers of the stream hear of it
         )
 

@@ -40,6 +40,7 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
         duplicate_of=row["duplicate_of"],
         waits_for=row["waits_for"],
         upstream_ref=row["upstream_ref"],
+        upstream_request_id=row["upstream_request_id"],
         cost_estimated=row["cost_estimated"],
         cost_actual=row["cost_actual"],
         spend_hold=row["spend_hold"],
@@ -192,6 +193,7 @@ def completion_params(item: Completion, now: float) -> dict[str, Any]:
         # open without a worker until ``orphan_until``.
         "keep_attempt": item.keep_attempt,
         "orphan_until": item.orphan_until,
+        "upstream_request_id": item.upstream_request_id,
     }
 
 

@@ -397,6 +397,7 @@ def claim_work(
             id=task.id,
             duplicate_of=source.id if same_tenant else None,
             result=dumps(source.result),
+            upstream_request_id=source.upstream_request_id,
             now=now,
         )
         detail = (
@@ -587,8 +588,9 @@ def _not_moved(
         return Applied(item.task_id, False, status)
     result = Succeeded(item.result) if item.to is Status.SUCCEEDED else None
     freed = yield from close_attempt(
-        item.task_id, item.lease_token, result, now, changes, item.charge
-    )
+        item.task_id, item.lease_token, result, now, changes, item.charge,
+        request_id=item.upstream_request_id,
+    )  # fmt: skip
     return Applied(item.task_id, False, status, freed or (), closed=freed is not None)
 
 
@@ -599,17 +601,20 @@ def close_attempt(
     now: float,
     changes: list[TaskChange],
     charge: Charge | None = None,
+    *,
+    request_id: str | None = None,
 ) -> Rule[tuple[str, ...] | None]:
     """Close an ended task's open attempt: the waiters its work freed, or None when it was not
     open under ``token``. A success is kept: on the task's row (its status unchanged) and for
     the work's waiters. ``charge``: what the call billed, spent now (before a waiter's saving
-    is counted)."""
+    is counted); ``request_id``: the provider's id of its answer."""
     row = yield from one(
         "close_attempt",
         id=task_id,
         token=token,
         succeeded=result is not None,
         result=dumps(None if result is None else result.result),
+        upstream_request_id=request_id,
         now=now,
     )
     if row is None:
@@ -867,10 +872,14 @@ def append_stream(
     events: Sequence[str],
     now: float,
     changes: list[TaskChange],
+    request_id: str | None = None,
 ) -> Rule[int]:
     """A streamed call's next events, numbered from ``first`` (a number written already is
-    left as it is: a resubmitted call replays the same stream)."""
+    left as it is: a resubmitted call replays the same stream). ``request_id``: the provider's
+    id of the stream's answer, on the task before its end, so the stream's answer names it."""
     changes.append(TaskChange(task_id, Status.RUNNING, tenant))  # its readers here wake
+    if request_id is not None:
+        yield from count("note_request_id", id=task_id, upstream_request_id=request_id)
     return (yield from count("append_stream", task_id=task_id, first=first,
                              events=list(events), now=now))  # fmt: skip
 

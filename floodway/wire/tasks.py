@@ -84,6 +84,12 @@ class TaskOut(BaseModel):
     idempotency_key: str | None = None
     duplicate_of: str | None = None
     upstream_ref: str | None = None
+    upstream_request_id: str | None = Field(
+        None,
+        description="the provider's id of its answer to the task's last call (OpenAI's"
+        " x-request-id, Anthropic's request-id); a deduped task's is the one of the call whose"
+        " result it took",
+    )
     cost: CostOut
     #: the provider tier it is sent on: "sync", "flex" or "batch" (null: not chosen yet)
     tier: str | None = None
@@ -126,6 +132,7 @@ def task_out(task: Task) -> TaskOut:
         idempotency_key=task.request_key,
         duplicate_of=task.duplicate_of,
         upstream_ref=printable(task.upstream_ref),
+        upstream_request_id=printable(task.upstream_request_id),
         cost=CostOut(
             estimated=task.cost_estimated,
             actual=task.cost_actual,
@@ -170,6 +177,7 @@ def task_from_json(data: Mapping[str, Any]) -> Task:
         request_key=data.get("idempotency_key"),
         duplicate_of=data.get("duplicate_of"),
         upstream_ref=data.get("upstream_ref"),
+        upstream_request_id=data.get("upstream_request_id"),
         cost_estimated=float(cost.get("estimated") or 0.0),
         cost_actual=cost.get("actual"),
         spend_hold=float(cost.get("held") or 0.0),

@@ -496,6 +496,8 @@ class Worker:
 
     async def _finish(self, run: _Running, item: Completion, settlement: Settlement) -> None:
         runtime = self.runtime
+        if run.ctx.upstream_request_id is not None:
+            item = dataclasses.replace(item, upstream_request_id=run.ctx.upstream_request_id)
         try:
             await runtime.admission.settle(run.permit, settlement, runtime.clock.now())
             self._provider_slot_freed()

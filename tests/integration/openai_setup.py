@@ -3,6 +3,7 @@ SDK pointed at it (the way a user would: ``base_url`` and a floodway API key).""
 
 from __future__ import annotations
 
+from collections import deque
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,8 @@ class SimFront:
     server: ApiServer
     sim: OpenAISimulator
     url: str  # the simulator's
+    #: the simulator's latest x-request-ids, the last one sent last
+    request_ids: deque[str]
 
     def sdk(self, key: str = "key-a", **kwargs: Any) -> openai.AsyncOpenAI:
         return OpenAIFront(self.server, FakeOpenAI()).sdk(key, **kwargs)
@@ -85,4 +88,4 @@ async def start_sim_front(
     app = create_openai_simulator_app(config or SimulatorConfig(latency_ms=1))
     upstream = await stack.enter_async_context(serving(app))
     server = await start_api(keys=KEYS, kinds=kinds(upstream, **(kind_options or {})), **kwargs)
-    return SimFront(server, app.state.simulator, upstream)
+    return SimFront(server, app.state.simulator, upstream, app.state.request_ids)

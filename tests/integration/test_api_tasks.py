@@ -27,6 +27,7 @@ TASK_FIELDS = {
     "idempotency_key",
     "duplicate_of",
     "upstream_ref",
+    "upstream_request_id",
     "cost",
     "created_at",
     "updated_at",

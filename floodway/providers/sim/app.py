@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -186,3 +189,35 @@ class RateLimitHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_limits)
+
+
+class RequestIds:
+    """Names every answer in ``header``, as the provider does (OpenAI's ``x-request-id``,
+    Anthropic's ``request-id``), and notes the ids ``sent`` (the latest few), so a test can
+    tell which answer floodway kept."""
+
+    #: how many of the latest ids are noted
+    KEPT = 1024
+
+    def __init__(self, app: ASGIApp, header: str, sent: deque[str]) -> None:
+        self.app = app
+        self.header = header
+        self.sent = sent
+
+    @classmethod
+    def sent_log(cls) -> deque[str]:
+        return deque(maxlen=cls.KEPT)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                request_id = f"req_{uuid.uuid4().hex}"
+                MutableHeaders(scope=message)[self.header] = request_id
+                self.sent.append(request_id)
+            await send(message)
+
+        await self.app(scope, receive, with_id)

@@ -156,7 +156,7 @@ DELETE FROM fingerprints WHERE fingerprint = %(fingerprint)s AND task_id = %(tas
 
 -- name: mark_deduped
 UPDATE tasks SET status = 'deduped', duplicate_of = %(duplicate_of)s::text, waits_for = NULL,
-    spend_hold = 0,
+    spend_hold = 0, upstream_request_id = %(upstream_request_id)s::text,
     result = %(result)s::text, finished_at = %(now)s, updated_at = %(now)s,
     callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
     callback_next_at = CASE WHEN callback_url IS NOT NULL THEN %(now)s
@@ -184,12 +184,13 @@ WHERE tasks.id = %(id)s AND tasks.lane_rank > w.rank;
 WITH given AS (SELECT * FROM json_to_recordset(%(rows)s::json)
                AS (owner text, result text, detail text)),
 owners AS (
-    SELECT given.owner, given.result, given.detail, t.tenant FROM given
+    SELECT given.owner, given.result, given.detail, t.tenant, t.upstream_request_id FROM given
     JOIN tasks t ON t.id = given.owner
     WHERE t.id = ANY(ARRAY(SELECT owner FROM given))
 ), resolved AS (
     UPDATE tasks SET status = 'deduped', waits_for = NULL, result = w.result,
         finished_at = %(now)s, updated_at = %(now)s, spend_hold = 0,
+        upstream_request_id = w.upstream_request_id,
         duplicate_of = CASE WHEN tasks.tenant = w.tenant THEN w.owner END,
         callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending'
                               ELSE callback_state END,
@@ -314,6 +315,7 @@ UPDATE tasks SET status = %(to)s, result = %(result)s::text, error = %(error)s::
     lease_expires_at = CASE WHEN %(keep_attempt)s::boolean THEN lease_expires_at
                             ELSE %(orphan_until)s::double precision END,
     cancel_requested = false, parked = false,
+    upstream_request_id = COALESCE(%(upstream_request_id)s::text, upstream_request_id),
     callback_state = CASE WHEN %(terminal)s::boolean AND callback_url IS NOT NULL
                           THEN 'pending' ELSE callback_state END,
     callback_next_at = CASE WHEN %(terminal)s::boolean AND callback_url IS NOT NULL
@@ -331,10 +333,11 @@ WITH given AS (
             id text, expected text, token text, "to" text, result text, error text,
             next_attempt_at double precision, refund integer, invalid integer,
             cost_actual double precision, terminal boolean, parked boolean,
-            keep_attempt boolean, orphan_until double precision, detail text))
+            keep_attempt boolean, orphan_until double precision, upstream_request_id text,
+            detail text))
         WITH ORDINALITY AS c(id, expected, token, dest, result, error, next_attempt_at,
                              refund, invalid, cost_actual, terminal, parked, keep_attempt,
-                             orphan_until, detail, ord)
+                             orphan_until, upstream_request_id, detail, ord)
 ), moved AS (
     UPDATE tasks SET status = c.dest, result = c.result, error = c.error,
         next_attempt_at = COALESCE(c.next_attempt_at, tasks.next_attempt_at),
@@ -350,6 +353,7 @@ WITH given AS (
         lease_expires_at = CASE WHEN c.keep_attempt THEN tasks.lease_expires_at
                                 ELSE c.orphan_until END,
         cancel_requested = false, parked = false,
+        upstream_request_id = COALESCE(c.upstream_request_id, tasks.upstream_request_id),
         callback_state = CASE WHEN c.terminal AND tasks.callback_url IS NOT NULL
                               THEN 'pending' ELSE tasks.callback_state END,
         callback_next_at = CASE WHEN c.terminal AND tasks.callback_url IS NOT NULL
@@ -376,7 +380,8 @@ SELECT id, status, lease_token FROM tasks WHERE id = ANY(%(ids)s::text[]);
 -- name: close_attempt
 UPDATE tasks SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
     result = CASE WHEN %(succeeded)s::boolean THEN %(result)s::text ELSE result END,
-    updated_at = %(now)s
+    updated_at = %(now)s,
+    upstream_request_id = COALESCE(%(upstream_request_id)s::text, upstream_request_id)
 WHERE id = %(id)s AND lease_token = %(token)s
   AND status IN ('succeeded', 'failed', 'dead', 'timeout', 'cancelled', 'deduped')
 RETURNING status, tenant, fingerprint;
@@ -734,6 +739,9 @@ SELECT version FROM schema_migrations ORDER BY version;
 
 -- name: migration_done
 INSERT INTO schema_migrations (version, name) VALUES (%(version)s, %(name)s);
+
+-- name: note_request_id
+UPDATE tasks SET upstream_request_id = %(upstream_request_id)s WHERE id = %(id)s;
 
 -- name: append_stream
 INSERT INTO stream_events (task_id, seq, data, at)

@@ -92,7 +92,7 @@ DELETE FROM fingerprints WHERE fingerprint = :fingerprint AND task_id = :task_id
 
 -- name: mark_deduped
 UPDATE tasks SET status = 'deduped', duplicate_of = :duplicate_of, waits_for = NULL,
-    spend_hold = 0,
+    spend_hold = 0, upstream_request_id = :upstream_request_id,
     result = :result, finished_at = :now, updated_at = :now,
     callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
     callback_next_at = CASE WHEN callback_url IS NOT NULL THEN :now ELSE callback_next_at END
@@ -114,10 +114,12 @@ UPDATE tasks SET lane_rank = (SELECT min(w.lane_rank) FROM tasks w
 WHERE id = :id AND lane_rank > (SELECT min(w.lane_rank) FROM tasks w
                                 WHERE w.waits_for = :id AND +w.status = 'queued');
 
--- The waiters of another tenant see the result, not whose task made it.
+-- The waiters of another tenant see the result, not whose task made it. The owner's row
+-- holds its call's request id already (written first, in this transaction).
 -- name: resolve_waiters
 UPDATE tasks SET status = 'deduped', waits_for = NULL, result = :result, finished_at = :now,
     updated_at = :now, spend_hold = 0,
+    upstream_request_id = (SELECT o.upstream_request_id FROM tasks o WHERE o.id = :owner),
     duplicate_of = CASE WHEN tenant = (SELECT o.tenant FROM tasks o WHERE o.id = :owner)
                         THEN :owner END,
     callback_state = CASE WHEN callback_url IS NOT NULL THEN 'pending' ELSE callback_state END,
@@ -207,6 +209,7 @@ UPDATE tasks SET status = :to, result = :result, error = :error,
                        THEN COALESCE(lease_token, 'orphan:' || id) END,
     lease_expires_at = CASE WHEN :keep_attempt THEN lease_expires_at ELSE :orphan_until END,
     cancel_requested = 0, parked = 0,
+    upstream_request_id = COALESCE(:upstream_request_id, upstream_request_id),
     callback_state = CASE WHEN :terminal AND callback_url IS NOT NULL THEN 'pending'
                           ELSE callback_state END,
     callback_next_at = CASE WHEN :terminal AND callback_url IS NOT NULL THEN :now
@@ -223,7 +226,8 @@ SELECT id, status, lease_token FROM tasks WHERE id IN (SELECT value FROM json_ea
 
 -- name: close_attempt
 UPDATE tasks SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-    result = CASE WHEN :succeeded THEN :result ELSE result END, updated_at = :now
+    result = CASE WHEN :succeeded THEN :result ELSE result END, updated_at = :now,
+    upstream_request_id = COALESCE(:upstream_request_id, upstream_request_id)
 WHERE id = :id AND lease_token = :token
   AND status IN ('succeeded', 'failed', 'dead', 'timeout', 'cancelled', 'deduped')
 RETURNING status, tenant, fingerprint;
@@ -514,6 +518,9 @@ SELECT n.batch_id, n.created_at, n.last_seq, t.status, count(*) AS count
 FROM newest n JOIN tasks t ON t.batch_id = n.batch_id AND t.tenant = :tenant
 GROUP BY n.batch_id, n.created_at, n.last_seq, t.status
 ORDER BY n.last_seq DESC;
+
+-- name: note_request_id
+UPDATE tasks SET upstream_request_id = :upstream_request_id WHERE id = :id;
 
 -- name: append_stream
 INSERT INTO stream_events (task_id, seq, data, at)

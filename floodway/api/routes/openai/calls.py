@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from fastapi.responses import JSONResponse
 
 from floodway.api.problems import ApiProblem
-from floodway.api.routes.openai.headers import rate_headers
+from floodway.api.routes.openai.headers import TASK_HEADER, rate_headers, task_headers
 from floodway.api.state import ApiState
 from floodway.core.errors import WaitTimeout
 from floodway.core.job_durations import JobDurations
@@ -31,7 +31,6 @@ from floodway.wire.tasks import printable
 
 READ_TIMEOUT = "x-stainless-read-timeout"
 RETRY_COUNT = "x-stainless-retry-count"
-TASK_HEADER = "X-Floodway-Task"
 #: a call with no known duration yet is assumed to take this long (for Retry-After)
 FIRST_GUESS_S = 1.0
 #: the longest a request waits between two looks at its task (a retry may be foreseen late)
@@ -100,7 +99,8 @@ async def await_call(state: ApiState, task: Task, budget_s: float) -> JSONRespon
 
 async def _answer(state: ApiState, task: Task) -> JSONResponse:
     resource = state.fw.runtime.kinds.get(task.kind).resource
-    headers = {TASK_HEADER: task.id, **(await rate_headers(state, resource))}
+    headers = {**task_headers(task.id, task.upstream_request_id),
+               **(await rate_headers(state, resource))}  # fmt: skip
     if task.status is Status.SUCCEEDED:
         if task.finished_at is not None:
             durations = state.call_durations.setdefault(task.kind, JobDurations(quantile=0.5))

@@ -1,9 +1,11 @@
 """The headers an OpenAI SDK reads, on every answer under ``/openai/v1``.
 
 ``x-request-id`` names the task (floodway's id for the call; a fresh id for an answer that
-has no task); an error carries what :func:`floodway.wire.openai.error_headers` adds (the wait
-of a 429 in ``retry-after-ms``, ``x-should-retry: false`` where a retry cannot help); a call's
-answer carries ``x-ratelimit-*`` from floodway's own view of the limits it runs inside.
+has no task), ``x-upstream-request-id`` the provider's answer to the call that did its work
+(the provider's own request id: what its support asks for); an error carries what
+:func:`floodway.wire.openai.error_headers` adds (the wait of a 429 in ``retry-after-ms``,
+``x-should-retry: false`` where a retry cannot help); a call's answer carries
+``x-ratelimit-*`` from floodway's own view of the limits it runs inside.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from floodway.wire.openai import error_headers
 
 TASK_HEADER = "x-floodway-task"
 REQUEST_ID = "x-request-id"
+UPSTREAM_REQUEST_ID = "x-upstream-request-id"
 #: how long one API process reuses its view of the limits for these headers
 LIMITS_FRESH_S = 0.25
 
@@ -50,6 +53,15 @@ class OpenAIHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+def task_headers(task_id: str, upstream_request_id: str | None) -> dict[str, str]:
+    """The headers naming a call: its task, and the provider's id of its answer when it has
+    one (a joined or replayed call: the answer of the call that did the work)."""
+    headers = {TASK_HEADER: task_id}
+    if upstream_request_id:
+        headers[UPSTREAM_REQUEST_ID] = upstream_request_id
+    return headers
 
 
 async def rate_headers(state: ApiState, resource: str | None) -> dict[str, str]:

@@ -23,13 +23,13 @@ from fastapi.responses import JSONResponse, Response
 from floodway.api.auth import Tenant
 from floodway.api.problems import ApiProblem
 from floodway.api.routes.openai.calls import (
-    TASK_HEADER,
     await_call,
     is_retry,
     submit_call,
     wait_budget,
 )
 from floodway.api.routes.openai.catalog import served
+from floodway.api.routes.openai.headers import task_headers
 from floodway.api.routes.openai.streams import Render, StreamReader, stream_answer
 from floodway.api.state import ApiState, api_state
 from floodway.core.errors import IllegalTransition, TaskNotFound, WaitTimeout
@@ -183,7 +183,7 @@ async def _cancel(state: ApiState, task: Task) -> Task:
 
 
 def _json(body: dict[str, Any], task: Task) -> JSONResponse:
-    return JSONResponse(printable(body), headers={TASK_HEADER: task.id})
+    return JSONResponse(printable(body), headers=task_headers(task.id, task.upstream_request_id))
 
 
 def _final(task: Task) -> dict[str, Any] | None:

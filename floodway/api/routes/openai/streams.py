@@ -23,9 +23,10 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
-from floodway.api.routes.openai.calls import TASK_HEADER, failure
+from floodway.api.routes.openai.calls import failure
+from floodway.api.routes.openai.headers import task_headers
 from floodway.api.state import ApiState
-from floodway.core.errors import IllegalTransition
+from floodway.core.errors import IllegalTransition, TaskNotFound
 from floodway.core.states import Status
 from floodway.core.task import Task
 from floodway.wire.openai import STREAM_OBJECT, is_last_event, openai_error, task_failure
@@ -74,7 +75,7 @@ class StreamReader:
         while True:
             got = await self._pull()
             if isinstance(got, _Ended) and got.error is not None and self.sent == 0:
-                raise failure(self.task, {TASK_HEADER: self.task.id})
+                raise failure(self.task, task_headers(self.task.id, self.task.upstream_request_id))
             if got:
                 return got
             left = give_up - clock.now()
@@ -107,6 +108,15 @@ class StreamReader:
                     got = await self._pull()
         finally:
             self._unwatch()
+
+    async def upstream_request_id(self) -> str | None:
+        """The provider's id of its answer to the call these events come from (known from its
+        first events on): the task's own, or the one of the work it joined."""
+        if self.task.upstream_request_id or self.source == self.task.id:
+            return self.task.upstream_request_id
+        with contextlib.suppress(TaskNotFound):
+            return (await self.state.fw.get(self.source)).upstream_request_id
+        return None
 
     async def _pull(self) -> list[str] | _Ended:
         """What is new since the last look: events, the end, or nothing."""
@@ -225,7 +235,8 @@ async def stream_answer(reader: StreamReader) -> StreamingResponse:
     or once the task has waited a keep-alive interval."""
     state, task = reader.state, reader.task
     first = await reader.first(state.settings.api.stream_keepalive)
-    headers = {TASK_HEADER: task.id, "Cache-Control": "no-cache"}
+    headers = {**task_headers(task.id, await reader.upstream_request_id()),
+               "Cache-Control": "no-cache"}  # fmt: skip
     if not first:
         position = await queue_position(state, reader.task, reader.source)
         if position is not None:

@@ -4,18 +4,15 @@ control routes, and the headers OpenAI sends (``x-request-id``, ``x-ratelimit-*`
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
-from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from floodway.providers.sim.app import RateLimitHeaders
+from floodway.providers.sim.app import RateLimitHeaders, RequestIds
 from floodway.providers.sim.config import SimulatorConfig
 from floodway.providers.sim.openai import batches, chat, embeddings, images, models, responses
 from floodway.providers.sim.openai.calls import OpenAISimulator
@@ -29,7 +26,8 @@ def create_openai_simulator_app(
     config: SimulatorConfig | None = None, clock: Callable[[], float] = time.time
 ) -> Starlette:
     """A fresh OpenAI-compatible simulator; its state is ``app.state.simulator``. ``clock``
-    is what its batches read time from (a test's fake clock)."""
+    is what its batches read time from (a test's fake clock). ``app.state.request_ids``: the
+    ``x-request-id`` of its latest answers, the last one sent last."""
     sim = OpenAISimulator(config or SimulatorConfig(), clock)
 
     @asynccontextmanager
@@ -40,7 +38,8 @@ def create_openai_simulator_app(
     routes = [route for family in FAMILIES for route in family.routes(sim)]
     app = Starlette(routes=[*routes, *_control(sim)], lifespan=lifespan)
     app.state.simulator = sim
-    app.add_middleware(RequestIds)
+    app.state.request_ids = RequestIds.sent_log()
+    app.add_middleware(RequestIds, header="x-request-id", sent=app.state.request_ids)
     if sim.config.rate_headers:
         app.add_middleware(RateLimitHeaders, window=sim.core.window)
     return app
@@ -63,22 +62,3 @@ def _control(sim: OpenAISimulator) -> list[Route]:
         Route("/stats", stats),
         Route("/reset", reset, methods=["POST"]),
     ]
-
-
-class RequestIds:
-    """``x-request-id`` on every answer, as OpenAI sends one."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                MutableHeaders(scope=message)["x-request-id"] = f"req_{uuid.uuid4().hex}"
-            await send(message)
-
-        await self.app(scope, receive, with_id)
