@@ -25,17 +25,20 @@ class LineBook(Protocol):
         """The task's line, None when it has none."""
         ...
 
-    async def add(self, model: str, body: dict[str, object]) -> BatchLine:
+    async def add(self, model: str, body: dict[str, object], batch_by: float) -> BatchLine | None:
         """Queue the task's request for the next batch of its kind and model (or, when it
-        was queued before, the line as it is: a task has one line)."""
+        was queued before, the line as it is: a task has one line). None, nothing queued: a
+        task waiting for the same work cannot wait for a batch (it is due before
+        ``batch_by``, :meth:`~floodway.kinds.TierPlan.batch_by`, or interactive)."""
         ...
 
     async def withdraw(self) -> None:
         """A line still queued taken out (its task was cancelled): never sent."""
         ...
 
-    async def requeue(self) -> None:
-        """A line that failed retryably, or was taken out, queued again for a new batch."""
+    async def requeue(self, batch_by: float) -> bool:
+        """A line that failed retryably, or was taken out, queued again for a new batch;
+        False, as :meth:`add`'s None."""
         ...
 
     async def set_tier(self, tier: str) -> None:

@@ -137,6 +137,11 @@ class TierPlan:
             times=self.times,
         )
 
+    def batch_by(self, now: float) -> float:
+        """A task due before this cannot wait for a provider batch (:func:`choose_tier`'s
+        rule): the batch tier's turnaround and a sync call after it."""
+        return now + self.times.room_for("batch")
+
     def leave_by(self, deadline_at: float) -> float:
         """When a line still waiting in a batch must leave it to be sent on the sync tier
         before ``deadline_at``: room for a sync call and one retry of it."""

@@ -438,6 +438,7 @@ class Runtime:
             # Compared only when a request key matches: a submit without one skips the hash.
             request_hash="" if key is None else request_hash(request),
             replay=spec.replays_result(value) if request.replay is None else request.replay,
+            batch_by=None if spec.tiers.batch is None else spec.tiers.batch_by(self.clock.now()),
         )
 
     def decide(
@@ -494,16 +495,17 @@ class TaskLines:
     async def get(self) -> BatchLine | None:
         return await self.records.get_line(self.task.id)
 
-    async def add(self, model: str, body: dict[str, object]) -> BatchLine:
-        task = self.task
-        now = self.clock.now()
-        return await self.records.add_line(task.id, task.kind, model, body, task.deadline_at, now)
+    async def add(self, model: str, body: dict[str, object], batch_by: float) -> BatchLine | None:
+        task, now = self.task, self.clock.now()
+        return await self.records.add_line(
+            task.id, task.kind, model, body, task.deadline_at, now, batch_by
+        )
 
     async def withdraw(self) -> None:
         await self.records.withdraw_queued([self.task.id], self.clock.now())
 
-    async def requeue(self) -> None:
-        await self.records.requeue_line(self.task.id, self.clock.now())
+    async def requeue(self, batch_by: float) -> bool:
+        return await self.records.requeue_line(self.task.id, self.clock.now(), batch_by)
 
     async def set_tier(self, tier: str) -> None:
         await self.records.set_tier(self.task.id, tier)

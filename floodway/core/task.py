@@ -171,6 +171,9 @@ class NewTask:
     #: its place in its lane's dispatch order, a time: None for the submit's own time; a job's
     #: step takes its job's, so a job submitted earlier is served before later work
     rank_at: float | None = None
+    #: of a kind with the batch tier: a deadline before this leaves no room for a provider
+    #: batch, so work this task joins is taken off the batch tier (None: no batch tier)
+    batch_by: float | None = None
 
 
 @dataclass(frozen=True)

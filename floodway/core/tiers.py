@@ -51,6 +51,11 @@ class Turnarounds:
     def observe(self, tier: Tier, seconds: float) -> None:
         self._recent.setdefault(tier, deque(maxlen=RECENT)).append(max(0.0, seconds))
 
+    def room_for(self, tier: Tier) -> float:
+        """The time a task must have left before its deadline to go on ``tier``: its
+        turnaround, then a sync call should it have to be sent again."""
+        return self.expected(tier) + self.expected("sync")
+
 
 def turnarounds(sync_s: float, configured: Mapping[Tier, float]) -> Turnarounds:
     return Turnarounds({"sync": sync_s, **DEFAULT_TURNAROUND_S, **configured})
@@ -71,13 +76,12 @@ def choose_tier(
     if interactive:
         return "sync"
     offered = set(allowed)
-    fallback = times.expected("sync")
     for tier in BY_PRICE:
         if tier not in offered:
             continue
         if tier == "sync" or remaining_s is None:
             return tier
-        if times.expected(tier) + fallback <= remaining_s:
+        if times.room_for(tier) <= remaining_s:
             return tier
     return "sync"
 

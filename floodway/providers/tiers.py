@@ -77,17 +77,26 @@ class TieredHandler:
         if ctx.lines is not None and tier != ctx.task.tier:
             await ctx.lines.set_tier(tier)
         if tier == "batch":
-            assert ctx.lines is not None  # a kind with the batch tier has a line book
-            if line is None:
-                body = self.adapter.request_body(value)
-                await ctx.lines.add(str(body.get("model", "")), body)
-            else:
-                await ctx.lines.requeue()
-            return self._park(ctx)
+            if await self._queue(ctx, value, line):
+                return self._park(ctx)
+            # A task waiting for the same work cannot wait for a batch: it runs now.
+            tier = "sync"
+            assert ctx.lines is not None
+            await ctx.lines.set_tier(tier)
         started = ctx.now()
         result = await (self._flex(ctx, value) if tier == "flex" else self._call(ctx, value))
         self.plan.times.observe(tier, ctx.now() - started)
         return result
+
+    async def _queue(self, ctx: Context, value: JSON, line: BatchLine | None) -> bool:
+        """The task's line queued for the next batch; False when the work is needed sooner
+        (:meth:`~floodway.context.LineBook.add`)."""
+        assert ctx.lines is not None  # a kind with the batch tier has a line book
+        batch_by = self.plan.batch_by(ctx.now())
+        if line is not None:
+            return await ctx.lines.requeue(batch_by)
+        body = self.adapter.request_body(value)
+        return await ctx.lines.add(str(body.get("model", "")), body, batch_by) is not None
 
     def _park(self, ctx: Context) -> Parked:
         poll_at = ctx.now() + self.plan.max_age_s + self.plan.times.expected("batch")

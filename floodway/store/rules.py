@@ -174,7 +174,9 @@ def submit(
                 continue
             task = task_from_row(row)
             if n.fingerprint is not None and not row["owns_work"]:
-                task = yield from claim_work(task, n.fingerprint, s.now, replay=n.replay)
+                task = yield from claim_work(
+                    task, n.fingerprint, s.now, changes, replay=n.replay, batch_by=n.batch_by
+                )
             changes.append(TaskChange(task.id, task.status, task.tenant))
             done.append(Submitted(task))
         results.append(done)
@@ -208,7 +210,9 @@ def submit_one(
     yield from event(task_id, Status.QUEUED, now, 0)
     task = task_from_row(row)
     if new.fingerprint is not None:
-        task = yield from claim_work(task, new.fingerprint, now, replay=new.replay)
+        task = yield from claim_work(
+            task, new.fingerprint, now, changes, replay=new.replay, batch_by=new.batch_by
+        )
     if expired:  # we hold the expired key's row: point it at the new task
         yield from count(
             "put_request_key",
@@ -363,15 +367,26 @@ def record_effects(landed: Sequence[Completion], now: float) -> Rule[None]:
 
 
 def claim_work(
-    task: Task, fp: str, now: float, before: Task | None = None, replay: bool = True
+    task: Task,
+    fp: str,
+    now: float,
+    changes: list[TaskChange],
+    *,
+    before: Task | None = None,
+    replay: bool = True,
+    batch_by: float | None = None,
 ) -> Rule[Task]:
     """A queued task and its work: own the fingerprint, or take the result of the same work
-    that succeeded, or wait for the same work in flight and lend it this task's lane.
+    that succeeded, or wait for the same work in flight and lend it this task's lane (and,
+    when it cannot wait for a provider batch, take the work off the batch tier:
+    :func:`_take_off_batch`).
 
     ``before``: a retried task as it was before its retry (its row no longer holds the result
     of its last call, which may be the work's success: a late one, kept after it ended).
     ``replay`` False: a request that asks for a new sample (OpenAI's ``temperature > 0``)
-    takes no finished result; it runs the work anew (and joins the work in flight)."""
+    takes no finished result; it runs the work anew (and joins the work in flight).
+    ``batch_by``: of a kind with the batch tier, the deadline before which a task cannot
+    wait for a provider batch (:meth:`~floodway.kinds.TierPlan.batch_by`)."""
     while True:
         if (yield from count("claim_fingerprint", fingerprint=fp, task_id=task.id, now=now)):
             return task
@@ -414,8 +429,41 @@ def claim_work(
         yield from count(
             "wait_for", id=task.id, waits_for=primary, duplicate_of=primary if same_tenant else None
         )
+        if batch_by is not None:
+            yield from _take_off_batch(primary, batch_by, now, changes)
         yield from count("lend_urgency", id=primary, lane_rank=task.lane.rank)
     return (yield from load(task.id))
+
+
+def work_needed_sooner(task_id: str, batch_by: float) -> Rule[bool]:
+    """Whether a task waits for ``task_id``'s work that would not go on the batch tier
+    itself (``batch_by``: :meth:`~floodway.kinds.TierPlan.batch_by`). The caller holds the
+    work's fingerprint, so no task joins it meanwhile."""
+    return (yield from one("waiter_needs_sooner", id=task_id, batch_by=batch_by)) is not None
+
+
+def _take_off_batch(
+    primary: str, batch_by: float, now: float, changes: list[TaskChange]
+) -> Rule[None]:
+    """A task that cannot wait for a provider batch joined work whose line waits to be packed
+    (not sent: nothing was asked of the provider): the line is taken out and the work goes
+    back to the queue at once, on the sync tier, for every task that waits for it. A line
+    in a sent batch stays (its answer is the work's: never a second call)."""
+    line = yield from one("lock_line", task_id=primary)
+    if line is None or line["state"] != "queued":
+        return
+    if not (yield from work_needed_sooner(primary, batch_by)):
+        return
+    moved = yield from one("take_off_batch", id=primary, now=now)
+    if moved is None:  # it ended meanwhile (a deadline, a cancel): its line is its own
+        return
+    check_transition(Status.RUNNING, Status.RETRYING)
+    yield from count(
+        "withdraw_queued", ids=[primary], withdrawn="withdrawn", queued="queued", now=now
+    )
+    detail = "taken out of its provider batch: a task waiting for the same work needs it now"
+    yield from event(primary, Status.RETRYING, now, moved["attempts"], detail)
+    changes.append(TaskChange(primary, Status.RETRYING, moved["tenant"]))
 
 
 def release_work(
@@ -1031,7 +1079,7 @@ def manual_retry(
     yield from event(task_id, Status.QUEUED, now, 0, "manual retry")
     retried = yield from load(task_id)
     if task.fingerprint is not None:
-        retried = yield from claim_work(retried, task.fingerprint, now, before=task)
+        retried = yield from claim_work(retried, task.fingerprint, now, changes, before=task)
     if budget is not None and retried.spend_hold > 0 and not retried.terminal:
         # Queued again, the task holds its estimate again: as a new submission would.
         yield from _check_budget(task.tenant, budget, now, retried.spend_hold)

@@ -12,7 +12,7 @@ provider's "created" and the row's "sent" is mended by finding the batch
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,7 +20,8 @@ from floodway.core.task import new_id
 from floodway.core.tiers import BATCH_ENDED, CREATING, SENT, BatchLine, LineResult
 from floodway.store.access import LedgerAccess
 from floodway.store.base import TaskChange
-from floodway.store.steps import Row, Rule, all_rows, count
+from floodway.store.rules import work_needed_sooner
+from floodway.store.steps import Row, Rule, all_rows, count, one
 
 ENDED = BATCH_ENDED
 
@@ -52,14 +53,25 @@ class LinePool:
 
 class TierRecords(Protocol):
     async def add_line(
-        self, task_id: str, kind: str, model: str, body: dict[str, object],
-        deadline_at: float | None, now: float,
-    ) -> BatchLine: ...  # fmt: skip
+        self,
+        task_id: str,
+        kind: str,
+        model: str,
+        body: dict[str, object],
+        deadline_at: float | None,
+        now: float,
+        batch_by: float,
+    ) -> BatchLine | None:
+        """The task's line queued (or the line it has already); None, and nothing queued,
+        when a task waiting for its work cannot wait for a batch (``batch_by``:
+        :meth:`~floodway.kinds.TierPlan.batch_by`)."""
+        ...  # fmt: skip
 
     async def get_line(self, task_id: str) -> BatchLine | None: ...
 
-    async def requeue_line(self, task_id: str, now: float) -> bool:
-        """A failed or withdrawn line queued again for a new batch."""
+    async def requeue_line(self, task_id: str, now: float, batch_by: float) -> bool:
+        """A failed or withdrawn line queued again for a new batch, unless a task waiting
+        for its work cannot wait for one (as :meth:`add_line`)."""
         ...
 
     async def set_tier(self, task_id: str, tier: str) -> None: ...
@@ -109,10 +121,12 @@ class LedgerTierRecords(LedgerAccess):
         body: dict[str, object],
         deadline_at: float | None,
         now: float,
-    ) -> BatchLine:
+        batch_by: float,
+    ) -> BatchLine | None:
         params = {"task_id": task_id, "kind": kind, "model": model, "body": json.dumps(body),
                   "state": "queued", "deadline_at": deadline_at, "now": now}  # fmt: skip
-        await self._write(lambda _: count("insert_line", **params))
+        if not await self._write(_unless_needed_sooner(task_id, batch_by, "insert_line", params)):
+            return await self.get_line(task_id)  # None, or the line it had already
         line = await self.get_line(task_id)
         assert line is not None
         return line
@@ -121,10 +135,12 @@ class LedgerTierRecords(LedgerAccess):
         row = await self._one("get_line", task_id=task_id)
         return None if row is None else _line(row)
 
-    async def requeue_line(self, task_id: str, now: float) -> bool:
+    async def requeue_line(self, task_id: str, now: float, batch_by: float) -> bool:
         params = {"task_id": task_id, "queued": "queued", "from_states": ["failed", "withdrawn"],
                   "now": now}  # fmt: skip
-        return bool(await self._write(lambda _: count("requeue_line", **params)))
+        return bool(
+            await self._write(_unless_needed_sooner(task_id, batch_by, "requeue_line", params))
+        )
 
     async def set_tier(self, task_id: str, tier: str) -> None:
         await self._write(lambda _: count("set_task_tier", id=task_id, tier=tier))
@@ -209,6 +225,24 @@ class LedgerTierRecords(LedgerAccess):
             yield from count("wake_line_tasks", ids=ids, now=now)
 
         await self._write(rule, wake=True)
+
+
+def _unless_needed_sooner(
+    task_id: str, batch_by: float, statement: str, params: dict[str, Any]
+) -> Callable[[list[TaskChange]], Rule[int]]:
+    """``statement`` queues the task's line, unless a task waiting for its work cannot wait
+    for a batch. The work's fingerprint is held meanwhile: a task joining it waits, and then
+    finds the line (and takes the work off the batch tier if it must: store/rules.py)."""
+
+    def rule(_: list[TaskChange]) -> Rule[int]:
+        task = yield from one("get_task", id=task_id)
+        if task is not None and task["fingerprint"] is not None:
+            yield from one("lock_fingerprint", fingerprint=task["fingerprint"])
+        if (yield from work_needed_sooner(task_id, batch_by)):
+            return 0
+        return (yield from count(statement, **params))
+
+    return rule
 
 
 def _outcome(batch_id: str, result: LineResult, now: float) -> dict[str, Any]:

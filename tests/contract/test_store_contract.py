@@ -1217,8 +1217,8 @@ async def test_a_batch_lines_answer_expires_with_results_and_a_queued_line_stays
 ) -> None:
     records = cast(TierRecords, store)
     body: dict[str, object] = {"model": "m", "messages": []}
-    await records.add_line("t-answered", "chat", "m", body, None, NOW)
-    await records.add_line("t-queued", "chat", "m", {**body, "n": 2}, None, NOW)
+    await records.add_line("t-answered", "chat", "m", body, None, NOW, NOW)
+    await records.add_line("t-queued", "chat", "m", {**body, "n": 2}, None, NOW, NOW)
     batch = await records.pack("chat", "m", 1, NOW)
     assert batch is not None
     await records.sent(batch.id, "batch_up", NOW)
@@ -1236,9 +1236,84 @@ async def test_a_batch_lines_answer_expires_with_results_and_a_queued_line_stays
     assert await records.open_batches() == []
 
 
+BATCH_BY = NOW + 3660.0  # a batch's hour and a sync call's minute from now
+BODY: dict[str, object] = {"model": "m", "messages": []}
+
+
+async def parked_on_line(store: Store) -> Task:
+    """A claimed task with a 12 h deadline whose line waits to be packed, parked on it."""
+    primary = await run_one(store, fingerprint="fp-line", deadline_s=12 * 3600.0)
+    records = cast(TierRecords, store)
+    assert await records.add_line(primary.id, "echo", "m", BODY, primary.deadline_at, NOW, BATCH_BY)
+    assert await store.park(primary.id, "tok-1", f"line:{primary.id}", NOW + 3600, NOW)
+    return primary
+
+
+async def test_a_task_that_cannot_wait_for_a_batch_takes_the_work_off_its_queued_line(
+    store: Store,
+) -> None:
+    records = cast(TierRecords, store)
+    primary = await parked_on_line(store)
+    patient = await submit(store, fingerprint="fp-line", deadline_s=6 * 3600.0, batch_by=BATCH_BY)
+    line = await records.get_line(primary.id)
+    assert patient.waits_for == primary.id and line is not None and line.state == "queued"
+    urgent = await submit(
+        store, fingerprint="fp-line", lane=Lane.INTERACTIVE, deadline_s=60.0, batch_by=BATCH_BY
+    )
+    work = await store.get(primary.id)
+    line = await records.get_line(primary.id)
+    assert urgent.waits_for == primary.id and line is not None and line.state == "withdrawn"
+    assert work is not None
+    # back to the queue now, on the sync tier, its attempt given back, in the interactive lane
+    assert (work.status, work.tier, work.parked, work.lease_token, work.attempts) == (
+        S.RETRYING, "sync", False, None, 0,
+    )  # fmt: skip
+    assert work.next_attempt_at == NOW
+    ready = await store.ready(ReadyQuery(KINDS, NOW, 10))
+    assert [(c.task_id, c.lane) for c in ready] == [(primary.id, Lane.INTERACTIVE)]
+    # the parked poll's lease is gone: its late writes land nowhere
+    assert not await store.park(primary.id, "tok-1", f"line:{primary.id}", NOW + 60, NOW)
+
+
+async def test_a_task_due_before_a_batch_could_answer_also_takes_the_work_off_its_line(
+    store: Store,
+) -> None:
+    primary = await parked_on_line(store)
+    await submit(store, fingerprint="fp-line", deadline_s=120.0, batch_by=BATCH_BY)
+    work = await store.get(primary.id)
+    assert work is not None and (work.status, work.tier) == (S.RETRYING, "sync")
+
+
+async def test_a_task_joining_work_whose_line_was_sent_waits_for_the_batch(store: Store) -> None:
+    records = cast(TierRecords, store)
+    primary = await parked_on_line(store)
+    batch = await records.pack("echo", "m", 10, NOW)
+    assert batch is not None
+    urgent = await submit(
+        store, fingerprint="fp-line", lane=Lane.INTERACTIVE, deadline_s=60.0, batch_by=BATCH_BY
+    )
+    work = await store.get(primary.id)
+    line = await records.get_line(primary.id)
+    assert urgent.waits_for == primary.id and line is not None and line.state == "sent"
+    assert work is not None and (work.status, work.parked) == (S.RUNNING, True)
+
+
+async def test_no_line_is_queued_for_work_a_waiting_task_cannot_wait_a_batch_for(
+    store: Store,
+) -> None:
+    records = cast(TierRecords, store)
+    primary = await submit(store, fingerprint="fp-line", deadline_s=12 * 3600.0)
+    await submit(store, fingerprint="fp-line", lane=Lane.INTERACTIVE, batch_by=BATCH_BY)
+    (claimed,) = await claim(store, ids=(primary.id,))
+    refused = await records.add_line(
+        claimed.id, "echo", "m", BODY, claimed.deadline_at, NOW, BATCH_BY
+    )
+    assert refused is None and await records.get_line(claimed.id) is None
+
+
 async def test_recorded_names_the_provider_batch_ids_a_row_holds(store: Store) -> None:
     records = cast(TierRecords, store)
-    await records.add_line("t-1", "chat", "m", {"model": "m", "messages": []}, None, NOW)
+    await records.add_line("t-1", "chat", "m", {"model": "m", "messages": []}, None, NOW, NOW)
     batch = await records.pack("chat", "m", 1, NOW)
     assert batch is not None
     assert await records.recorded(["msgbatch_a", "msgbatch_b"]) == set()

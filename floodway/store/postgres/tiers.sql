@@ -30,12 +30,15 @@ WHERE state = %(queued)s AND kind = %(kind)s AND deadline_at IS NOT NULL AND dea
 INSERT INTO upstream_batches (id, kind, model, state, created_at)
 VALUES (%(id)s, %(kind)s, %(model)s, %(state)s, %(now)s);
 
+-- The outer state test: a line withdrawn meanwhile (PostgreSQL re-reads a row it waited
+-- for) stays withdrawn, never sent.
 -- name: pack_lines
 UPDATE upstream_lines SET state = %(sent)s, batch_id = %(batch_id)s, updated_at = %(now)s
 WHERE task_id IN (
     SELECT task_id FROM upstream_lines
     WHERE kind = %(kind)s AND model = %(model)s AND state = %(queued)s
-    ORDER BY added_at, task_id LIMIT %(limit)s);
+    ORDER BY added_at, task_id LIMIT %(limit)s)
+  AND state = %(queued)s;
 
 -- name: count_batch_lines
 UPDATE upstream_batches SET lines = (SELECT count(*) FROM upstream_lines WHERE batch_id = %(id)s)
@@ -84,3 +87,26 @@ WHERE updated_at < %(before)s AND state = ANY(%(ended_states)s::text[]);
 
 -- name: purge_upstream_batches
 DELETE FROM upstream_batches WHERE state = %(ended)s AND ended_at < %(before)s;
+
+-- A task's line, locked: whoever takes it out or packs it decides alone.
+-- name: lock_line
+SELECT state FROM upstream_lines WHERE task_id = %(task_id)s FOR UPDATE;
+
+-- A task waiting for this work that would not go on the batch tier itself (core/tiers.py's
+-- rule): interactive, pinned to a faster tier, or due before a batch could answer.
+-- name: waiter_needs_sooner
+SELECT w.id FROM tasks w
+WHERE w.waits_for = %(id)s AND w.status = 'queued'
+  AND (w.lane = 'interactive' OR w.tier IN ('sync', 'flex')
+       OR (w.tier IS NULL AND w.deadline_at < %(batch_by)s))
+LIMIT 1;
+
+-- The work of a task whose line was never sent goes back to the queue at once, on the sync
+-- tier, its attempt given back (no call was made); whoever held it (a poll, a worker about to
+-- park it) loses its lease.
+-- name: take_off_batch
+UPDATE tasks SET status = 'retrying', tier = 'sync', next_attempt_at = %(now)s,
+    attempts = GREATEST(attempts - 1, 0), parked = false, lease_owner = NULL, lease_token = NULL,
+    lease_expires_at = NULL, updated_at = %(now)s
+WHERE id = %(id)s AND status = 'running'
+RETURNING tenant, attempts;

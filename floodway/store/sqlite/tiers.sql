@@ -30,12 +30,15 @@ WHERE state = :queued AND kind = :kind AND deadline_at IS NOT NULL AND deadline_
 INSERT INTO upstream_batches (id, kind, model, state, created_at)
 VALUES (:id, :kind, :model, :state, :now);
 
+-- The outer state test: a line withdrawn meanwhile (PostgreSQL re-reads a row it waited
+-- for) stays withdrawn, never sent.
 -- name: pack_lines
 UPDATE upstream_lines SET state = :sent, batch_id = :batch_id, updated_at = :now
 WHERE task_id IN (
     SELECT task_id FROM upstream_lines
     WHERE kind = :kind AND model = :model AND state = :queued
-    ORDER BY added_at, task_id LIMIT :limit);
+    ORDER BY added_at, task_id LIMIT :limit)
+  AND state = :queued;
 
 -- name: count_batch_lines
 UPDATE upstream_batches SET lines = (SELECT count(*) FROM upstream_lines WHERE batch_id = :id)
@@ -85,3 +88,26 @@ WHERE updated_at < :before AND state IN (SELECT value FROM json_each(:ended_stat
 
 -- name: purge_upstream_batches
 DELETE FROM upstream_batches WHERE state = :ended AND ended_at < :before;
+
+-- A task's line, locked: whoever takes it out or packs it decides alone.
+-- name: lock_line
+SELECT state FROM upstream_lines WHERE task_id = :task_id;
+
+-- A task waiting for this work that would not go on the batch tier itself (core/tiers.py's
+-- rule): interactive, pinned to a faster tier, or due before a batch could answer.
+-- name: waiter_needs_sooner
+SELECT w.id FROM tasks w
+WHERE w.waits_for = :id AND +w.status = 'queued'
+  AND (w.lane = 'interactive' OR w.tier IN ('sync', 'flex')
+       OR (w.tier IS NULL AND w.deadline_at < :batch_by))
+LIMIT 1;
+
+-- The work of a task whose line was never sent goes back to the queue at once, on the sync
+-- tier, its attempt given back (no call was made); whoever held it (a poll, a worker about to
+-- park it) loses its lease.
+-- name: take_off_batch
+UPDATE tasks SET status = 'retrying', tier = 'sync', next_attempt_at = :now,
+    attempts = max(attempts - 1, 0), parked = 0, lease_owner = NULL, lease_token = NULL,
+    lease_expires_at = NULL, updated_at = :now
+WHERE id = :id AND status = 'running'
+RETURNING tenant, attempts;
