@@ -34,6 +34,7 @@ from pydantic_settings import (
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
+from pydantic_settings.exceptions import SettingsError
 
 from floodway.core.errors import ConfigError
 from floodway.core.tiers import Tier
@@ -691,10 +692,23 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         settings = Settings(**data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, where, environ=os.environ)) from None
+    except SettingsError as exc:
+        raise ConfigError(_unparsed_variable(exc, os.environ)) from None
     finally:
         _FILE_DECLARES.reset(declares)
     # Env values would otherwise beat explicit overrides; the caller's flags win.
     return settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+
+
+def _unparsed_variable(exc: SettingsError, environ: Mapping[str, str]) -> str:
+    """A FLOODWAY_ variable whose value could not be parsed, named, with the rule it broke."""
+    field = re.search(r'field "(\w+)"', str(exc))
+    prefix = f"FLOODWAY_{field.group(1).upper()}" if field else "FLOODWAY_"
+    names = sorted(k for k in environ if k.upper().startswith(prefix)) or [prefix]
+    return (
+        f"{', '.join(names)}: cannot parse the value; a table or list set from the "
+        """environment is JSON, e.g. FLOODWAY_API__KEYS='{"key-a": "tenant-a"}'"""
+    )
 
 
 _RESOURCES: TypeAdapter[dict[str, ResourceConfig]] = TypeAdapter(dict[str, ResourceConfig])

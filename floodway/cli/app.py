@@ -402,7 +402,7 @@ def serve_http(
     if not fw.settings.kinds and not fw.kinds.names():
         console.print(
             "[yellow]no kinds are configured[/]: every submit will be refused (422 unknown "
-            "kind); pass --config FILE with [kinds.NAME] tables, or --app module:fw"
+            "kind); pass --config FILE with \\[kinds.NAME] tables, or --app module:fw"
         )
     console.print(
         f"[green]floodway[/] on http://{host}:{port} (dashboard /, docs /docs) "

@@ -272,7 +272,11 @@ def _api_key(cfg: KindConfig, where: str) -> str | None:
         return None
     key = os.environ.get(cfg.api_key_env)
     if not key:
-        raise ConfigError(f"{where}.api_key_env: environment variable {cfg.api_key_env} is unset")
+        raise ConfigError(
+            f"{where}.api_key_env: environment variable {cfg.api_key_env} is unset (the "
+            "provider's key, read from the environment floodway runs in; any value for a "
+            "simulator)"
+        )
     return key
 
 

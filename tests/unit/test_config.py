@@ -155,3 +155,11 @@ def test_a_near_miss_key_in_the_file_is_offered_and_a_bad_value_names_its_variab
     monkeypatch.setenv("FLOODWAY_WORKER__CONCURRENCY", "many")
     with pytest.raises(ConfigError, match="the value of FLOODWAY_WORKER__CONCURRENCY"):
         load_settings(write(tmp_path, ""))
+
+
+def test_a_table_set_from_the_environment_that_is_not_json_names_its_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOODWAY_API__KEYS", '{"key-a"="tenant-a"}')  # TOML's spelling
+    with pytest.raises(ConfigError, match=r"^FLOODWAY_API__KEYS: cannot parse the value; .* JSON"):
+        load_settings(write(tmp_path, ""))
