@@ -146,10 +146,12 @@ class Batcher:
             self._looked.pop(batch.id, None)
             return
         results = await api.results(view)
-        await self.runtime.tier_records.end_batch(batch.id, results, self.runtime.clock.now())
+        # A completed batch's turnaround is learned, and kept with it for the next start-up.
+        took = now - batch.created_at if view.status == "completed" else None
+        await self.runtime.tier_records.end_batch(batch.id, results, self.runtime.clock.now(), took)
         self._looked.pop(batch.id, None)
-        if view.status == "completed":
-            spec.tiers.times.observe("batch", now - batch.created_at)
+        if took is not None:
+            spec.tiers.times.observe("batch", took)
 
 
 def _api(spec: KindSpec) -> BatchApi:

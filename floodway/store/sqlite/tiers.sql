@@ -72,8 +72,21 @@ WHERE batch_id = :batch_id AND state = :sent;
 UPDATE upstream_lines SET state = :withdrawn, updated_at = :now
 WHERE task_id IN (SELECT value FROM json_each(:ids)) AND state = :queued;
 
+-- A batch's turnaround is recorded when it completed (NULL otherwise: a cancelled or failed
+-- batch says nothing of how long a whole one takes).
 -- name: end_upstream_batch
-UPDATE upstream_batches SET state = :ended, ended_at = :now WHERE id = :id;
+UPDATE upstream_batches SET state = :ended, ended_at = :now,
+    turnaround = :turnaround
+WHERE id = :id;
+
+-- Each kind's most recent completed batches' turnarounds, the oldest first.
+-- name: learned_turnarounds
+SELECT kind, turnaround FROM (
+    SELECT kind, turnaround, ended_at,
+           row_number() OVER (PARTITION BY kind ORDER BY ended_at DESC) AS n
+    FROM upstream_batches WHERE turnaround IS NOT NULL) recent
+WHERE n <= :recent
+ORDER BY kind, ended_at;
 
 -- A line's task is polled at once once the line has an answer (it is parked on it).
 -- name: wake_line_tasks
