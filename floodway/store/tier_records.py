@@ -179,11 +179,12 @@ class LedgerTierRecords(LedgerAccess):
             yield from count("count_batch_lines", id=batch_id)
             return packed
 
-        if not await self._write(rule):
+        packed = await self._write(rule)
+        if not packed:
             await self._write(lambda _: count("end_upstream_batch", id=batch_id, ended=ENDED,
                                               now=now, turnaround=None))  # fmt: skip
             return None
-        return UpstreamBatch(batch_id, kind, model, CREATING, None, 0, now)
+        return UpstreamBatch(batch_id, kind, model, CREATING, None, packed, now)
 
     async def open_batches(self) -> list[UpstreamBatch]:
         rows = await self._all("open_upstream_batches", creating=CREATING, sent=SENT)

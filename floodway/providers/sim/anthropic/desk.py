@@ -66,20 +66,30 @@ class MessageBatchDesk:
     charges: list[LineCharge] = field(default_factory=list)
     #: batches created, in order (a crash test counts them)
     created: list[str] = field(default_factory=list)
+    #: the most requests held enqueued at once, in batches not ended
+    most_enqueued: int = 0
 
     def ledger(self) -> dict[str, Any]:
-        return batch_ledger(self.created, self.charges)
+        return batch_ledger(self.created, self.charges, self.most_enqueued)
 
     def reset(self) -> None:
         self.batches.clear()
         self.charges.clear()
         self.created.clear()
+        self.most_enqueued = 0
 
     def create(self, requests: list[dict[str, Any]]) -> MessageBatch:
+        """A new batch, its requests counted with those of the batches not ended by now."""
+        for held in self.batches.values():
+            self.advance(held)
         batch = MessageBatch(f"msgbatch_{uuid.uuid4().hex[:24]}", requests, self.clock())
         self.batches[batch.id] = batch
         self.created.append(batch.id)
         self.advance(batch)
+        enqueued = sum(
+            len(b.requests) for b in self.batches.values() if b.processing_status != "ended"
+        )
+        self.most_enqueued = max(self.most_enqueued, enqueued)
         return batch
 
     def advance(self, batch: MessageBatch) -> None:

@@ -113,9 +113,7 @@ async def create(desk: BatchDesk, request: Request) -> Response:
         created_at=desk.clock(),
         lines=lines,
     )
-    desk.batches[batch.id] = batch
-    desk.created.append(batch.id)
-    desk.advance(batch)
+    desk.enqueue(batch)
     return json_response(batch.as_dict())
 
 
