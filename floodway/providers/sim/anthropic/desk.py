@@ -7,7 +7,8 @@ half of them (billed, in its results as ``succeeded``) and the rest are ``cancel
 billed). A cancelled batch is ``canceling`` until the clock moves on, then ended. Each
 answered request is billed at the batch price (half the sync price, as Anthropic bills it).
 A request Anthropic would refuse is ``errored`` with an ``invalid_request_error``, not
-billed. Time is the simulator's clock (a test's fake clock)."""
+billed. Time is the simulator's clock (a test's fake clock). The ledger also says the most
+requests held enqueued at once (in batches not ended): what a batch queue limit counts."""
 
 from __future__ import annotations
 
