@@ -110,7 +110,7 @@ SELECT state FROM upstream_lines WHERE task_id = %(task_id)s FOR UPDATE;
 -- name: waiter_needs_sooner
 SELECT w.id FROM tasks w
 WHERE w.waits_for = %(id)s AND w.status = 'queued'
-  AND (w.lane = 'interactive' OR w.tier IN ('sync', 'flex')
+  AND (w.lane = 'interactive' OR w.tier = ANY(%(faster)s::text[])
        OR (w.tier IS NULL AND w.deadline_at < %(batch_by)s))
 LIMIT 1;
 
@@ -118,7 +118,7 @@ LIMIT 1;
 -- tier, its attempt given back (no call was made); whoever held it (a poll, a worker about to
 -- park it) loses its lease.
 -- name: take_off_batch
-UPDATE tasks SET status = 'retrying', tier = 'sync', next_attempt_at = %(now)s,
+UPDATE tasks SET status = 'retrying', tier = %(sync)s, next_attempt_at = %(now)s,
     attempts = GREATEST(attempts - 1, 0), parked = false, lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, updated_at = %(now)s
 WHERE id = %(id)s AND status = 'running'

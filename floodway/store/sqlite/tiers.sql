@@ -111,7 +111,7 @@ SELECT state FROM upstream_lines WHERE task_id = :task_id;
 -- name: waiter_needs_sooner
 SELECT w.id FROM tasks w
 WHERE w.waits_for = :id AND +w.status = 'queued'
-  AND (w.lane = 'interactive' OR w.tier IN ('sync', 'flex')
+  AND (w.lane = 'interactive' OR w.tier IN (SELECT value FROM json_each(:faster))
        OR (w.tier IS NULL AND w.deadline_at < :batch_by))
 LIMIT 1;
 
@@ -119,7 +119,7 @@ LIMIT 1;
 -- tier, its attempt given back (no call was made); whoever held it (a poll, a worker about to
 -- park it) loses its lease.
 -- name: take_off_batch
-UPDATE tasks SET status = 'retrying', tier = 'sync', next_attempt_at = :now,
+UPDATE tasks SET status = 'retrying', tier = :sync, next_attempt_at = :now,
     attempts = max(attempts - 1, 0), parked = 0, lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, updated_at = :now
 WHERE id = :id AND status = 'running'
