@@ -222,6 +222,11 @@ class Floodway:
             )
             store.add_listener(runtime.hub.on_changes)
             store.plan_jobs(StepPlanner(runtime))
+            try:
+                await runtime.learn_turnarounds()
+            except BaseException:  # not opened after all: let go of the ledger
+                await store.close()
+                raise
             self._runtime = runtime
         return self
 

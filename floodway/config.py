@@ -511,6 +511,14 @@ class KindConfig(_Strict):
         "full)",
         json_schema_extra=_for("openai", "anthropic"),
     )
+    batch_queue_limit: int | None = Field(
+        None,
+        ge=1,
+        description="most of its tasks enqueued at the provider at once, in provider batches "
+        "not ended yet (the provider's batch queue limit); the rest wait for room, their "
+        "deadlines kept; unset: no limit",
+        json_schema_extra=_for("openai", "anthropic"),
+    )
     options: dict[str, Any] = Field(
         default_factory=dict, description="adapter-specific extras: see [kinds.NAME.options]"
     )

@@ -123,6 +123,8 @@ class TierPlan:
     batch: BatchApi | None = None
     max_lines: int = DEFAULTS.batch_max_lines
     max_age_s: float = DEFAULTS.batch_max_age
+    #: most lines in provider batches not ended yet (None: no limit)
+    queue_limit: int | None = DEFAULTS.batch_queue_limit
 
     def choose(self, task: Task, now: float, *, without: tuple[Tier, ...] = ()) -> Tier:
         """The tier ``task``'s call goes on now (``without``: tiers it may no longer take)."""
@@ -136,6 +138,13 @@ class TierPlan:
             remaining_s=None if task.deadline_at is None else task.deadline_at - now,
             times=self.times,
         )
+
+    def room(self, enqueued: int, queued: int) -> int:
+        """How many of ``queued`` lines may be sent now, ``enqueued`` being in provider
+        batches not ended yet (the provider's queue limit)."""
+        if self.queue_limit is None:
+            return queued
+        return max(0, min(queued, self.queue_limit - enqueued))
 
     def batch_by(self, now: float) -> float:
         """A task due before this cannot wait for a provider batch (:func:`choose_tier`'s

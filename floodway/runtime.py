@@ -45,7 +45,7 @@ from floodway.core.task import (
     new_id,
     request_hash,
 )
-from floodway.core.tiers import BatchLine
+from floodway.core.tiers import RECENT, BatchLine
 from floodway.core.validation import (
     check_attempts,
     check_callback_host,
@@ -279,6 +279,16 @@ class Runtime:
         return tuple(
             (s.name, self.call_times.bound_s(s.name, s.longest_call_s)) for s in self.kinds.specs()
         )
+
+    async def learn_turnarounds(self) -> None:
+        """Each batch-tier kind's recent provider batches, as the ledger kept their
+        turnarounds: a process starts judging the batch tier from what was learned before
+        it, not from the configured estimate."""
+        learned = await self.tier_records.learned_turnarounds(RECENT)
+        for spec in self.kinds.specs():
+            if spec.tiers.batch is not None:
+                for seconds in learned.get(spec.name, ()):
+                    spec.tiers.times.observe("batch", seconds)
 
     async def submit(
         self,

@@ -8,7 +8,9 @@ Each round:
    tier (:meth:`~floodway.kinds.TierPlan.leave_by`) are withdrawn: their tasks are sent on a
    faster tier.
 2. The queued lines of a kind and model are packed into a provider batch once they fill one
-   (``batch_max_lines``) or the oldest has waited ``batch_max_age``. The batch's row and its
+   (``batch_max_lines``) or the oldest has waited ``batch_max_age``, as many as the kind's
+   ``batch_queue_limit`` leaves room for beside its batches not ended yet (the rest wait
+   for a later round). The batch's row and its
    lines are written before the provider is asked (its id is the batch's tag), then the
    batch created and its provider id recorded.
 3. A batch whose row was written but whose provider id was not (a crash, or a create whose
@@ -30,6 +32,7 @@ Each round:
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 from floodway.core.tiers import CANCELLING, CREATING, SoughtBatch, UpstreamView
 from floodway.kinds import BatchApi, KindSpec
@@ -89,6 +92,9 @@ class Batcher:
 
     async def _flush(self, specs: dict[str, KindSpec]) -> None:
         records = self.runtime.tier_records
+        enqueued: Counter[str] = Counter()  # lines in provider batches not ended, per kind
+        for open_batch in await records.open_batches():
+            enqueued[open_batch.kind] += open_batch.lines
         for pool in await records.pools():
             spec = specs.get(pool.kind)
             if spec is None:
@@ -97,12 +103,13 @@ class Batcher:
             now = self.runtime.clock.now()
             if pool.lines < plan.max_lines and now - pool.oldest < plan.max_age_s:
                 continue
-            left = pool.lines
+            left = plan.room(enqueued[pool.kind], pool.lines)  # the rest waits for room
             while left > 0:
-                batch = await records.pack(pool.kind, pool.model, plan.max_lines, now)
+                batch = await records.pack(pool.kind, pool.model, min(plan.max_lines, left), now)
                 if batch is None:
                     break
-                left -= plan.max_lines
+                left -= batch.lines
+                enqueued[pool.kind] += batch.lines
                 try:
                     await self._send(spec, batch, reconcile=False)
                 except Exception as exc:  # its row stays "creating": mended next round
@@ -146,10 +153,12 @@ class Batcher:
             self._looked.pop(batch.id, None)
             return
         results = await api.results(view)
-        await self.runtime.tier_records.end_batch(batch.id, results, self.runtime.clock.now())
+        # A completed batch's turnaround is learned, and kept with it for the next start-up.
+        took = now - batch.created_at if view.status == "completed" else None
+        await self.runtime.tier_records.end_batch(batch.id, results, self.runtime.clock.now(), took)
         self._looked.pop(batch.id, None)
-        if view.status == "completed":
-            spec.tiers.times.observe("batch", now - batch.created_at)
+        if took is not None:
+            spec.tiers.times.observe("batch", took)
 
 
 def _api(spec: KindSpec) -> BatchApi:

@@ -100,6 +100,7 @@ def build_provider_kind(name: str, cfg: KindConfig) -> KindSpec:
             batch=batch,
             max_lines=cfg.batch_max_lines,
             max_age_s=cfg.batch_max_age,
+            queue_limit=cfg.batch_queue_limit,
         )
         handler = TieredHandler(adapter, plan)
         if batch is not None:

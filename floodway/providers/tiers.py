@@ -11,7 +11,10 @@ tier :meth:`~floodway.kinds.TierPlan.choose` picks.
   packs lines into provider batches, polls them and records each line's answer; the task's
   poll (:class:`LinePoller`) reads its line from the ledger and ends the task on it. A line
   taken out of its batch before the deadline sends the task on a faster tier; a line the
-  provider answered is never sent again: the task takes its result.
+  provider answered is never sent again: the task takes its result. No line is queued for
+  work that a task waiting for it cannot wait a batch for (interactive, or due sooner): that
+  work goes on the sync tier (and a task joining work whose line is queued takes it off the
+  batch tier itself: store/rules.py).
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ from floodway.core.outcome import Applied, Completion, Succeeded
 from floodway.core.spend import Budget, Charge, possibly_billed
 from floodway.core.states import CLAIMABLE, TERMINAL, Status, check_transition
 from floodway.core.task import ErrorClass, ErrorInfo, Lane, NewTask, Submitted, Task, new_id
-from floodway.core.tiers import BATCH_ENDED, ENDED_LINES
+from floodway.core.tiers import BATCH_ENDED, BY_PRICE, ENDED_LINES
 from floodway.store.base import (
     BatchKey,
     ClaimParams,
@@ -435,11 +435,16 @@ def claim_work(
     return (yield from load(task.id))
 
 
+#: the tiers that answer sooner than a provider batch: a task pinned to one cannot wait for it
+FASTER = list(BY_PRICE[BY_PRICE.index("batch") + 1 :])
+
+
 def work_needed_sooner(task_id: str, batch_by: float) -> Rule[bool]:
     """Whether a task waits for ``task_id``'s work that would not go on the batch tier
     itself (``batch_by``: :meth:`~floodway.kinds.TierPlan.batch_by`). The caller holds the
     work's fingerprint, so no task joins it meanwhile."""
-    return (yield from one("waiter_needs_sooner", id=task_id, batch_by=batch_by)) is not None
+    needs = yield from one("waiter_needs_sooner", id=task_id, batch_by=batch_by, faster=FASTER)
+    return needs is not None
 
 
 def _take_off_batch(
@@ -454,7 +459,7 @@ def _take_off_batch(
         return
     if not (yield from work_needed_sooner(primary, batch_by)):
         return
-    moved = yield from one("take_off_batch", id=primary, now=now)
+    moved = yield from one("take_off_batch", id=primary, now=now, sync="sync")
     if moved is None:  # it ended meanwhile (a deadline, a cancel): its line is its own
         return
     check_transition(Status.RUNNING, Status.RETRYING)

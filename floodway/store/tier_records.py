@@ -37,6 +37,8 @@ class UpstreamBatch:
     created_at: float
     sent_at: float | None = None
     ended_at: float | None = None
+    #: from its row to its end, when it completed (what the batch tier is judged by)
+    turnaround: float | None = None
 
 
 @dataclass(frozen=True)
@@ -98,11 +100,20 @@ class TierRecords(Protocol):
         ...
 
     async def end_batch(
-        self, batch_id: str, results: Sequence[LineResult], now: float
+        self,
+        batch_id: str,
+        results: Sequence[LineResult],
+        now: float,
+        turnaround: float | None = None,
     ) -> list[str]:
         """The batch's answered and failed lines recorded, the rest withdrawn (the batch
-        ended without them), the batch ended, and its lines' tasks made due for their poll:
-        one write. Returns the tasks' ids."""
+        ended without them), the batch ended (``turnaround``: it completed, that long after
+        its row was written), and its lines' tasks made due for their poll: one write.
+        Returns the tasks' ids."""
+        ...
+
+    async def learned_turnarounds(self, recent: int) -> dict[str, list[float]]:
+        """Each kind's ``recent`` latest completed batches' turnarounds, the oldest first."""
         ...
 
     async def withdraw_queued(self, task_ids: Sequence[str], now: float) -> None:
@@ -168,11 +179,12 @@ class LedgerTierRecords(LedgerAccess):
             yield from count("count_batch_lines", id=batch_id)
             return packed
 
-        if not await self._write(rule):
+        packed = await self._write(rule)
+        if not packed:
             await self._write(lambda _: count("end_upstream_batch", id=batch_id, ended=ENDED,
-                                              now=now))  # fmt: skip
+                                              now=now, turnaround=None))  # fmt: skip
             return None
-        return UpstreamBatch(batch_id, kind, model, CREATING, None, 0, now)
+        return UpstreamBatch(batch_id, kind, model, CREATING, None, packed, now)
 
     async def open_batches(self) -> list[UpstreamBatch]:
         rows = await self._all("open_upstream_batches", creating=CREATING, sent=SENT)
@@ -193,7 +205,11 @@ class LedgerTierRecords(LedgerAccess):
         return {str(r["provider_id"]) for r in rows}
 
     async def end_batch(
-        self, batch_id: str, results: Sequence[LineResult], now: float
+        self,
+        batch_id: str,
+        results: Sequence[LineResult],
+        now: float,
+        turnaround: float | None = None,
     ) -> list[str]:
         rows = [_outcome(batch_id, r, now) for r in results]
 
@@ -204,7 +220,9 @@ class LedgerTierRecords(LedgerAccess):
                 "withdraw_batch_rest", batch_id=batch_id, withdrawn="withdrawn", sent="sent",
                 now=now,
             )  # fmt: skip
-            yield from count("end_upstream_batch", id=batch_id, ended=ENDED, now=now)
+            yield from count(
+                "end_upstream_batch", id=batch_id, ended=ENDED, now=now, turnaround=turnaround
+            )
             lines = yield from all_rows("batch_lines", batch_id=batch_id)
             ids = [str(line["task_id"]) for line in lines]
             if ids:
@@ -212,6 +230,12 @@ class LedgerTierRecords(LedgerAccess):
             return ids
 
         return await self._write(rule, wake=True)
+
+    async def learned_turnarounds(self, recent: int) -> dict[str, list[float]]:
+        learned: dict[str, list[float]] = {}
+        for row in await self._all("learned_turnarounds", recent=recent):
+            learned.setdefault(str(row["kind"]), []).append(float(row["turnaround"]))
+        return learned
 
     async def withdraw_queued(self, task_ids: Sequence[str], now: float) -> None:
         ids = list(task_ids)

@@ -1275,11 +1275,16 @@ async def test_a_task_that_cannot_wait_for_a_batch_takes_the_work_off_its_queued
     assert not await store.park(primary.id, "tok-1", f"line:{primary.id}", NOW + 60, NOW)
 
 
-async def test_a_task_due_before_a_batch_could_answer_also_takes_the_work_off_its_line(
-    store: Store,
+@pytest.mark.parametrize(
+    "joiner",
+    [{"deadline_s": 120.0}, {"deadline_s": 6 * 3600.0, "tier": "flex"}],
+    ids=["due-before-a-batch", "pinned-faster"],
+)
+async def test_a_task_due_sooner_or_pinned_faster_also_takes_the_work_off_its_line(
+    store: Store, joiner: dict[str, Any]
 ) -> None:
     primary = await parked_on_line(store)
-    await submit(store, fingerprint="fp-line", deadline_s=120.0, batch_by=BATCH_BY)
+    await submit(store, fingerprint="fp-line", batch_by=BATCH_BY, **joiner)
     work = await store.get(primary.id)
     assert work is not None and (work.status, work.tier) == (S.RETRYING, "sync")
 

@@ -185,3 +185,17 @@ async def test_while_a_row_waits_to_be_mended_no_other_batch_is_made_and_each_is
     assert len(r.sim.batches.created) == 2  # the lost one taken, never made twice
     assert ledger["batch"]["lines"] == 10 and ledger["batch"]["double_charged"] == []
     assert ledger["sync"]["calls"] == 0
+
+
+async def test_the_batch_queue_limit_holds_on_message_batches(
+    db_url: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kind = {"batch_max_lines": 40, "batch_max_age": "1m", "batch_queue_limit": 100}
+    async with rig(db_url, clock, monkeypatch, hold_s=HOUR, **kind) as r:
+        tasks = await r.fw.submit_many("chat", chats(250), deadline_s=12 * HOUR)
+        await r.queued(250)
+        done = await r.run_until_done(tasks, step_s=300, steps=200)
+        ledger = await r.ledger()
+    assert Counter((t.status, t.tier) for t in done) == {(Status.SUCCEEDED, "batch"): 250}
+    assert ledger["batch"]["most_enqueued"] == 100
+    assert ledger["batch"]["lines"] == 250 and ledger["batch"]["double_charged"] == []

@@ -207,3 +207,21 @@ async def test_a_task_cancelled_while_its_line_waits_to_be_packed_is_never_sent(
         ledger = await r.ledger()
     assert [t.status for t in done] == [Status.CANCELLED, Status.SUCCEEDED]
     assert ledger["batch"]["custom_ids"] == [second.id] and ledger["total"] == 0
+
+
+async def test_the_batch_queue_limit_holds_and_the_rest_is_sent_as_room_frees(
+    ledger_url: str, clock: FakeClock
+) -> None:
+    kind = {"batch_max_lines": 40, "batch_max_age": "1m", "batch_queue_limit": 100}
+    async with rig(ledger_url, clock, hold_s=HOUR, **kind) as r:
+        tasks = await r.fw.submit_many("chat", chats(250), deadline_s=12 * HOUR)
+        await r.queued(250)
+        await r.step(60)
+        assert sum(b.lines for b in await r.fw.runtime.tier_records.open_batches()) == 100
+        done = await r.run_until_done(tasks, step_s=300, steps=200)
+        ledger = await r.ledger()
+    assert Counter((t.status, t.tier) for t in done) == {(Status.SUCCEEDED, "batch"): 250}
+    # never more than 100 lines enqueued at the provider, each line billed once
+    assert ledger["batch"]["most_enqueued"] == 100
+    assert ledger["batch"]["lines"] == 250 and ledger["batch"]["double_charged"] == []
+    assert ledger["total"] == 0

@@ -71,8 +71,21 @@ WHERE batch_id = %(batch_id)s AND state = %(sent)s;
 UPDATE upstream_lines SET state = %(withdrawn)s, updated_at = %(now)s
 WHERE task_id = ANY(%(ids)s::text[]) AND state = %(queued)s;
 
+-- A batch's turnaround is recorded when it completed (NULL otherwise: a cancelled or failed
+-- batch says nothing of how long a whole one takes).
 -- name: end_upstream_batch
-UPDATE upstream_batches SET state = %(ended)s, ended_at = %(now)s WHERE id = %(id)s;
+UPDATE upstream_batches SET state = %(ended)s, ended_at = %(now)s,
+    turnaround = %(turnaround)s::double precision
+WHERE id = %(id)s;
+
+-- Each kind's most recent completed batches' turnarounds, the oldest first.
+-- name: learned_turnarounds
+SELECT kind, turnaround FROM (
+    SELECT kind, turnaround, ended_at,
+           row_number() OVER (PARTITION BY kind ORDER BY ended_at DESC) AS n
+    FROM upstream_batches WHERE turnaround IS NOT NULL) recent
+WHERE n <= %(recent)s
+ORDER BY kind, ended_at;
 
 -- A line's task is polled at once once the line has an answer (it is parked on it).
 -- name: wake_line_tasks
@@ -97,7 +110,7 @@ SELECT state FROM upstream_lines WHERE task_id = %(task_id)s FOR UPDATE;
 -- name: waiter_needs_sooner
 SELECT w.id FROM tasks w
 WHERE w.waits_for = %(id)s AND w.status = 'queued'
-  AND (w.lane = 'interactive' OR w.tier IN ('sync', 'flex')
+  AND (w.lane = 'interactive' OR w.tier = ANY(%(faster)s::text[])
        OR (w.tier IS NULL AND w.deadline_at < %(batch_by)s))
 LIMIT 1;
 
@@ -105,7 +118,7 @@ LIMIT 1;
 -- tier, its attempt given back (no call was made); whoever held it (a poll, a worker about to
 -- park it) loses its lease.
 -- name: take_off_batch
-UPDATE tasks SET status = 'retrying', tier = 'sync', next_attempt_at = %(now)s,
+UPDATE tasks SET status = 'retrying', tier = %(sync)s, next_attempt_at = %(now)s,
     attempts = GREATEST(attempts - 1, 0), parked = false, lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, updated_at = %(now)s
 WHERE id = %(id)s AND status = 'running'

@@ -72,8 +72,21 @@ WHERE batch_id = :batch_id AND state = :sent;
 UPDATE upstream_lines SET state = :withdrawn, updated_at = :now
 WHERE task_id IN (SELECT value FROM json_each(:ids)) AND state = :queued;
 
+-- A batch's turnaround is recorded when it completed (NULL otherwise: a cancelled or failed
+-- batch says nothing of how long a whole one takes).
 -- name: end_upstream_batch
-UPDATE upstream_batches SET state = :ended, ended_at = :now WHERE id = :id;
+UPDATE upstream_batches SET state = :ended, ended_at = :now,
+    turnaround = :turnaround
+WHERE id = :id;
+
+-- Each kind's most recent completed batches' turnarounds, the oldest first.
+-- name: learned_turnarounds
+SELECT kind, turnaround FROM (
+    SELECT kind, turnaround, ended_at,
+           row_number() OVER (PARTITION BY kind ORDER BY ended_at DESC) AS n
+    FROM upstream_batches WHERE turnaround IS NOT NULL) recent
+WHERE n <= :recent
+ORDER BY kind, ended_at;
 
 -- A line's task is polled at once once the line has an answer (it is parked on it).
 -- name: wake_line_tasks
@@ -98,7 +111,7 @@ SELECT state FROM upstream_lines WHERE task_id = :task_id;
 -- name: waiter_needs_sooner
 SELECT w.id FROM tasks w
 WHERE w.waits_for = :id AND +w.status = 'queued'
-  AND (w.lane = 'interactive' OR w.tier IN ('sync', 'flex')
+  AND (w.lane = 'interactive' OR w.tier IN (SELECT value FROM json_each(:faster))
        OR (w.tier IS NULL AND w.deadline_at < :batch_by))
 LIMIT 1;
 
@@ -106,7 +119,7 @@ LIMIT 1;
 -- tier, its attempt given back (no call was made); whoever held it (a poll, a worker about to
 -- park it) loses its lease.
 -- name: take_off_batch
-UPDATE tasks SET status = 'retrying', tier = 'sync', next_attempt_at = :now,
+UPDATE tasks SET status = 'retrying', tier = :sync, next_attempt_at = :now,
     attempts = max(attempts - 1, 0), parked = 0, lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, updated_at = :now
 WHERE id = :id AND status = 'running'

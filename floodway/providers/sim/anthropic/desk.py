@@ -7,7 +7,8 @@ half of them (billed, in its results as ``succeeded``) and the rest are ``cancel
 billed). A cancelled batch is ``canceling`` until the clock moves on, then ended. Each
 answered request is billed at the batch price (half the sync price, as Anthropic bills it).
 A request Anthropic would refuse is ``errored`` with an ``invalid_request_error``, not
-billed. Time is the simulator's clock (a test's fake clock)."""
+billed. Time is the simulator's clock (a test's fake clock). The ledger also says the most
+requests held enqueued at once (in batches not ended): what a batch queue limit counts."""
 
 from __future__ import annotations
 
@@ -66,20 +67,30 @@ class MessageBatchDesk:
     charges: list[LineCharge] = field(default_factory=list)
     #: batches created, in order (a crash test counts them)
     created: list[str] = field(default_factory=list)
+    #: the most requests held enqueued at once, in batches not ended
+    most_enqueued: int = 0
 
     def ledger(self) -> dict[str, Any]:
-        return batch_ledger(self.created, self.charges)
+        return batch_ledger(self.created, self.charges, self.most_enqueued)
 
     def reset(self) -> None:
         self.batches.clear()
         self.charges.clear()
         self.created.clear()
+        self.most_enqueued = 0
 
     def create(self, requests: list[dict[str, Any]]) -> MessageBatch:
+        """A new batch, its requests counted with those of the batches not ended by now."""
+        for held in self.batches.values():
+            self.advance(held)
         batch = MessageBatch(f"msgbatch_{uuid.uuid4().hex[:24]}", requests, self.clock())
         self.batches[batch.id] = batch
         self.created.append(batch.id)
         self.advance(batch)
+        enqueued = sum(
+            len(b.requests) for b in self.batches.values() if b.processing_status != "ended"
+        )
+        self.most_enqueued = max(self.most_enqueued, enqueued)
         return batch
 
     def advance(self, batch: MessageBatch) -> None:

@@ -10,6 +10,8 @@ sync price, as OpenAI does) in the desk's own charge ledger (``GET /ledger``'s `
 apart from the sync calls' ledger. A line whose body has ``metadata.fail = "5xx"`` fails with
 a 500 in the error file, ``"refusal"`` with a 400; neither is billed. Time is read from the
 simulator's clock (``OpenAISimulator.clock``), so a test's fake clock moves the batches too.
+The ledger also says the most lines the desk held enqueued at once (in batches not ended):
+what a provider's batch queue limit counts.
 """
 
 from __future__ import annotations
@@ -113,9 +115,7 @@ async def create(desk: BatchDesk, request: Request) -> Response:
         created_at=desk.clock(),
         lines=lines,
     )
-    desk.batches[batch.id] = batch
-    desk.created.append(batch.id)
-    desk.advance(batch)
+    desk.enqueue(batch)
     return json_response(batch.as_dict())
 
 

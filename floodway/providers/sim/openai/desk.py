@@ -31,9 +31,12 @@ class LineCharge:
     discount: float = BATCH_DISCOUNT
 
 
-def batch_ledger(created: list[str], charges: list[LineCharge]) -> dict[str, Any]:
+def batch_ledger(
+    created: list[str], charges: list[LineCharge], most_enqueued: int
+) -> dict[str, Any]:
     """What a batch API billed (``GET /ledger``'s ``batch``): its batches, its billed lines
-    and their tokens, and any custom_id billed twice."""
+    and their tokens, any custom_id billed twice, and the most lines it held enqueued at
+    once (in batches not ended: what a provider's batch queue limit counts)."""
     billed: dict[str, int] = {}
     for charge in charges:
         billed[charge.custom_id] = billed.get(charge.custom_id, 0) + 1
@@ -45,6 +48,7 @@ def batch_ledger(created: list[str], charges: list[LineCharge]) -> dict[str, Any
         "discount": BATCH_DISCOUNT,
         "double_charged": sorted(k for k, n in billed.items() if n > 1),
         "custom_ids": sorted(billed),
+        "most_enqueued": most_enqueued,
     }
 
 
@@ -102,15 +106,28 @@ class BatchDesk:
     charges: list[LineCharge] = field(default_factory=list)
     #: batches created, in order (a crash test counts them)
     created: list[str] = field(default_factory=list)
+    #: the most lines held enqueued at once, in batches not ended
+    most_enqueued: int = 0
 
     def ledger(self) -> dict[str, Any]:
-        return batch_ledger(self.created, self.charges)
+        return batch_ledger(self.created, self.charges, self.most_enqueued)
 
     def reset(self) -> None:
         self.files.clear()
         self.batches.clear()
         self.charges.clear()
         self.created.clear()
+        self.most_enqueued = 0
+
+    def enqueue(self, batch: Batch) -> None:
+        """A new batch, its lines counted with those of the batches not ended by now."""
+        for held in self.batches.values():
+            self.advance(held)
+        self.batches[batch.id] = batch
+        self.created.append(batch.id)
+        self.advance(batch)
+        enqueued = sum(len(b.lines) for b in self.batches.values() if b.status in OPEN)
+        self.most_enqueued = max(self.most_enqueued, enqueued)
 
     def advance(self, batch: Batch) -> None:
         """Bring ``batch`` up to the clock: at its hold's end, every line answered."""
