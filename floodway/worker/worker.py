@@ -185,13 +185,19 @@ class Worker:
             spec = runtime.kinds.get(task.kind)
             if task.parked and spec.poll is not None and not spec.poll.holds_slots:
                 continue  # a line of a provider batch: no call of its own in flight
+            now = runtime.clock.now()
             if task.parked:  # its job runs upstream: held until its poll or callback ends it
-                until = runtime.clock.now() + UNBOUNDED_CALL_S
-            elif task.lease_owner is None:  # its worker died: held until its call could end
-                now = runtime.clock.now()
-                until = spec.slot_held_until(task, task.lease_expires_at or now, now)
+                until = now + UNBOUNDED_CALL_S
             else:
-                until = spec.call_ends_by(task)
+                # Its worker died (no owner), or it is leased to one that may have: held until
+                # its call could have ended, or, for a job the worker was following (its
+                # handler recorded it, or its poller was polling it), until a poll sees the job
+                # over; the bound of the call that submitted it says nothing of the job's end.
+                if task.lease_owner is None:
+                    ends = task.lease_expires_at or now
+                else:
+                    ends = spec.call_ends_by(task)
+                until = spec.slot_held_until(task, ends, now)
             permit = runtime.admission.permit_for(
                 task.id, task.kind, task.tenant, task.cost_estimated
             )

@@ -10,11 +10,15 @@ its budget with the ledger saying less than the provider billed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from floodway import BudgetExceeded, Context, Floodway, Parked, Settings, Status, Task
 from floodway.config import BudgetConfig, PriceConfig, ResourceConfig, TenantConfig, WorkerConfig
@@ -26,6 +30,7 @@ from harness.pg import fresh_schema, postgres_unavailable, schema_url
 PRICE = 0.125  # per call (a binary fraction: sums of it are exact)
 CALL_S = 3.0  # what the provider takes
 TIMEOUT_S = 2.0  # what floodway waits
+REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -37,6 +42,29 @@ async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
         pytest.skip(reason)
     async with fresh_schema() as schema:
         yield schema_url(schema)
+
+
+@pytest.fixture(params=["local", "redis"])
+async def limiter(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, str]]:
+    """The limiter's settings: in process, or shared through the real Redis (under a key
+    space of the test's own, deleted after it)."""
+    if request.param == "local":
+        yield {}
+        return
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        await client.ping()
+    except RedisError:
+        await client.aclose()
+        pytest.skip("no Redis at 127.0.0.1:6379")
+    prefix = f"hangup-{uuid.uuid4().hex}"
+    try:
+        yield {"redis": REDIS_URL, "redis_prefix": prefix}
+    finally:
+        keys = [key async for key in client.scan_iter(f"floodway:{{{prefix}}}:*")]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
 
 
 def settings(database: str, *, cap: int = 4, budget: float | None = None) -> Settings:
@@ -68,6 +96,18 @@ async def running(
             yield fw
     finally:
         await fw.close()
+
+
+async def step_until(
+    clock: FakeClock, done: Callable[[], Awaitable[bool]], guard_s: float, step: float = 0.25
+) -> None:
+    """Step time until ``done()`` holds, for ``guard_s`` at most (the checks that follow say
+    what went wrong then)."""
+    for _ in range(int(guard_s / step)):
+        if await done():
+            return
+        await clock.advance(step)
+        await settle()
 
 
 async def run_for(clock: FakeClock, seconds: float, step: float = 0.25) -> None:
@@ -256,17 +296,27 @@ async def test_a_call_slower_than_the_timeout_keeps_its_slot_past_its_workers_de
 JOB_S = 12.0  # an upstream job runs far longer than the call that submitted it (TIMEOUT_S)
 
 
-def job_kind(fw: Floodway, provider: BillingProvider) -> None:
+def job_kind(fw: Floodway, provider: BillingProvider, hang_in: str | None = None) -> asyncio.Event:
     """A kind whose handler submits a job (the provider runs it ``JOB_S``, billing it when it
-    ends) and parks; a poll reads it, and nothing can stop it upstream."""
+    ends) and parks; a poll reads it, and nothing can stop it upstream. ``hang_in``: the
+    handler once it has recorded the job (``"submitting"``) or the poll (``"polling"``) hangs
+    there; the event returned is set once it does."""
+    hung = asyncio.Event()
+
+    async def hang(where: str) -> None:
+        if hang_in == where:
+            hung.set()
+            await asyncio.Event().wait()
 
     async def submit(ctx: Context, value: object) -> Parked:
         if ctx.upstream_ref is None:
             provider.start(ctx)
             await ctx.set_upstream_ref(ctx.work_key)
+            await hang("submitting")
         return Parked(ctx.work_key, ctx.now() + 1.0)
 
     async def poll(ctx: Context, ref: str) -> tuple[str, object]:
+        await hang("polling")
         if ref in provider.done:
             return "done", provider.done[ref]
         if any(call.key == ref for call in provider.running):
@@ -282,6 +332,7 @@ def job_kind(fw: Floodway, provider: BillingProvider) -> None:
         poll=poll,
         poll_after=1.0,
     )(submit)
+    return hung
 
 
 @pytest.mark.parametrize("how", ["cancel", "deadline"])
@@ -349,3 +400,47 @@ async def test_a_job_whose_poller_died_keeps_its_slot_until_its_task_resumes_it(
         assert provider.violations == [] and sum(provider.charges.values()) == 2
     finally:
         await fw.close()
+
+
+@pytest.mark.parametrize("moment", ["submitting", "polling"])
+async def test_a_process_started_after_a_death_holds_the_slot_of_the_job_it_followed(
+    database: str, limiter: dict[str, str], clock: FakeClock, moment: str
+) -> None:
+    """A process dies (SIGKILL) while it follows an upstream job: its handler has just
+    recorded the job, or its poller is polling it. The process started after it, once the
+    submitting call could have ended, holds that job's slot until a poll sees the job over:
+    a queued job (cap 1, interactive: admitted first) waits instead of running beside it at
+    the provider, and the first task ends with its job's result."""
+    provider = BillingProvider(clock, call_s=JOB_S, price=PRICE, cap=1, honours_keys=True)
+    # A severed PostgreSQL process is not judged dead: its lease expires, 5 s after its death.
+    update: dict[str, object] = {"worker": WorkerConfig(lease=5.0), **limiter}
+    config = settings(database, cap=1).model_copy(update=update)
+    first = Floodway(settings=config, clock=clock)
+    hung = job_kind(first, provider, hang_in=moment)
+    async with AsyncExitStack() as alive:
+        alive.push_async_callback(first.close)
+        await alive.enter_async_context(first.worker(grace_s=0))
+        dying = await first.submit("job", {"i": 1})
+
+        async def hanging() -> bool:
+            return hung.is_set()
+
+        await step_until(clock, hanging, JOB_S / 2)
+        assert hung.is_set() and provider.in_flight == 1
+        await sever(first)
+    await clock.advance(2 * TIMEOUT_S)  # restarted once the submitting call could have ended
+    second = Floodway(settings=config, clock=clock)
+    job_kind(second, provider)
+    async with second, second.worker(grace_s=0):
+        queued = await second.submit("job", {"i": 2}, lane="interactive")
+
+        async def ended() -> bool:
+            tasks = [await second.get(dying.id), await second.get(queued.id)]
+            return all(t.terminal and t.lease_token is None for t in tasks)
+
+        await step_until(clock, ended, 3 * JOB_S)
+        done = [await second.get(dying.id), await second.get(queued.id)]
+    assert provider.violations == [] and provider.peak == 1
+    assert [t.status for t in done] == [Status.SUCCEEDED, Status.SUCCEEDED]
+    assert done[0].upstream_ref == dying.work_key  # resumed, not submitted again
+    assert sum(provider.charges.values()) == 2
