@@ -10,9 +10,8 @@ Each round:
 2. The queued lines of a kind and model are packed into a provider batch once they fill one
    (``batch_max_lines``) or the oldest has waited ``batch_max_age``, as many as the kind's
    ``batch_queue_limit`` leaves room for beside its batches not ended yet (the rest wait
-   for a later round). The batch's row and its
-   lines are written before the provider is asked (its id is the batch's tag), then the
-   batch created and its provider id recorded.
+   for a later round). The batch's row and its lines are written before the provider is
+   asked (its id is the batch's tag), then the batch created and its provider id recorded.
 3. A batch whose row was written but whose provider id was not (a crash, or a create whose
    answer was lost) is looked for at the provider (:meth:`~floodway.kinds.BatchApi.find`),
    and created only if it is not there: never two provider batches of the same lines. While

@@ -459,10 +459,10 @@ def _take_off_batch(
         return
     if not (yield from work_needed_sooner(primary, batch_by)):
         return
+    check_transition(Status.RUNNING, Status.RETRYING)
     moved = yield from one("take_off_batch", id=primary, now=now, sync="sync")
     if moved is None:  # it ended meanwhile (a deadline, a cancel): its line is its own
         return
-    check_transition(Status.RUNNING, Status.RETRYING)
     yield from count(
         "withdraw_queued", ids=[primary], withdrawn="withdrawn", queued="queued", now=now
     )
