@@ -110,10 +110,17 @@ async def step_until(
         await settle()
 
 
-async def run_for(clock: FakeClock, seconds: float, step: float = 0.25) -> None:
-    for _ in range(int(seconds / step)):
-        await clock.advance(step)
-        await settle()
+async def run_for(
+    fw: Floodway, provider: BillingProvider, clock: FakeClock, seconds: float
+) -> None:
+    """Step time for ``seconds``, or less once nothing is left to happen: every task ended,
+    its attempt closed, and the provider computing nothing."""
+
+    async def ended() -> bool:
+        tasks = await everything(fw)
+        return provider.in_flight == 0 and all(t.terminal and t.lease_token is None for t in tasks)
+
+    await step_until(clock, ended, seconds)
 
 
 async def everything(fw: Floodway) -> list[Task]:
@@ -136,7 +143,7 @@ async def test_a_timeout_never_pays_again_nor_passes_the_cap(
         for i in range(12):
             await fw.submit("gen", {"i": i})
         await settle()
-        await run_for(clock, 60)
+        await run_for(fw, provider, clock, 60)
         tasks = await everything(fw)
         assert provider.violations == []
         assert provider.peak == 4
@@ -157,7 +164,7 @@ async def test_a_timeout_to_a_provider_that_honours_keys_retries_under_the_same_
         for i in range(8):
             await fw.submit("gen", {"i": i})
         await settle()
-        await run_for(clock, 40)
+        await run_for(fw, provider, clock, 40)
         tasks = await everything(fw)
         assert provider.violations == []
         assert {t.status for t in tasks} == {Status.SUCCEEDED}
@@ -175,7 +182,7 @@ async def test_retry_timeouts_resends_only_once_the_first_call_could_have_ended(
         for i in range(3):
             await fw.submit("gen", {"i": i})
         await settle()
-        await run_for(clock, 60)
+        await run_for(fw, provider, clock, 60)
         tasks = await everything(fw)
         assert provider.violations == []
         assert {t.status for t in tasks} == {Status.DEAD}  # both attempts timed out
@@ -193,14 +200,14 @@ async def test_a_cancel_reads_the_running_call_to_its_end_and_records_its_bill(
     async with running(database, clock, provider, cap=2, timeout=10.0) as fw:
         first = [await fw.submit("gen", {"i": i}) for i in range(2)]
         await settle()
-        await run_for(clock, 1)
+        await run_for(fw, provider, clock, 1)
         queued = await fw.submit("gen", {"i": 9})
         for task in first:
             assert (await fw.cancel(task.id)).status is Status.CANCELLED
-        await run_for(clock, 1)
+        await run_for(fw, provider, clock, 1)
         assert provider.in_flight == 2 and provider.violations == []
         assert (await fw.get(queued.id)).status is Status.QUEUED  # the slots are still taken
-        await run_for(clock, 6)
+        await run_for(fw, provider, clock, 6)
         for task in first:
             done = await fw.get(task.id)
             assert done.status is Status.CANCELLED and done.lease_token is None
@@ -231,15 +238,15 @@ async def test_a_budget_cannot_be_walked_past_by_cancels_or_deadlines(
                 except BudgetExceeded:
                     break
             await settle()
-            await run_for(clock, 1)
+            await run_for(fw, provider, clock, 1)
             if how == "cancel":
                 for task in accepted:
                     if (await fw.get(task.id)).status is Status.RUNNING:
                         await fw.cancel(task.id)
-            await run_for(clock, 0.5)
+            await run_for(fw, provider, clock, 0.5)
             assert provider.billed <= budget + 1e-9
             assert await spent(fw) >= provider.billed - 1e-9
-        await run_for(clock, 10)
+        await run_for(fw, provider, clock, 10)
         ended_early = Status.CANCELLED if how == "cancel" else Status.TIMEOUT
         assert ended_early in {t.status for t in await everything(fw)}
         assert provider.violations == []
@@ -276,15 +283,15 @@ async def test_a_call_slower_than_the_timeout_keeps_its_slot_past_its_workers_de
         alive.push_async_callback(first.close)
         await alive.enter_async_context(first.worker(grace_s=0))
         dying = await first.submit("gen", {"i": 1})
-        await run_for(clock, 0.5)
+        await run_for(first, provider, clock, 0.5)
         assert provider.in_flight == 1
         await sever(first)
     second = process()
     async with second, second.worker(grace_s=0):
         after = await second.submit("gen", {"i": 2})
-        await run_for(clock, CALL_S)  # past the timeout: the dead call still runs
+        await run_for(second, provider, clock, CALL_S)  # past the timeout: the dead call still runs
         assert provider.violations == []
-        await run_for(clock, 2 * TIMEOUT_S + 4)
+        await run_for(second, provider, clock, 2 * TIMEOUT_S + 4)
         done = await second.get(after.id)
         dead = await second.get(dying.id)
     assert done.status is Status.TIMEOUT  # it was sent, once the first call could have ended
@@ -349,18 +356,20 @@ async def test_an_upstream_job_given_up_on_keeps_its_slot_until_a_poll_sees_it_e
     try:
         async with fw.worker(grace_s=0):
             first = await fw.submit("job", {"i": 1}, deadline_s=3.0 if how == "deadline" else None)
-            await run_for(clock, 1)
+            await run_for(fw, provider, clock, 1)
             assert (await fw.get(first.id)).parked
             if how == "cancel":
                 await fw.cancel(first.id)
             second = await fw.submit("job", {"i": 2})
-            await run_for(clock, JOB_S - 2)  # well past the timeout, the first job still runs
+            # well past the timeout, the first job still runs
+            await run_for(fw, provider, clock, JOB_S - 2)
             ended = await fw.get(first.id)
             assert ended.status is (Status.CANCELLED if how == "cancel" else Status.TIMEOUT)
             assert ended.lease_token is not None  # its attempt is open: the job runs
             assert (await fw.get(second.id)).status is Status.QUEUED
             assert provider.in_flight == 1 and provider.violations == []
-            await run_for(clock, JOB_S + 4)
+            # The first job seen over on a poll's gap, then the second's whole run and its poll.
+            await run_for(fw, provider, clock, 3 * JOB_S)
             closed, done = await fw.get(first.id), await fw.get(second.id)
         assert closed.lease_token is None and closed.result is not None  # the late success
         assert done.status is Status.SUCCEEDED
@@ -390,10 +399,10 @@ async def test_a_job_whose_poller_died_keeps_its_slot_until_its_task_resumes_it(
         provider.start(fw.runtime.context(claimed))
         second = await fw.submit("job", {"i": 2}, lane="interactive")  # admitted first
         async with fw.worker(grace_s=0):
-            await run_for(clock, JOB_S - 2)
+            await run_for(fw, provider, clock, JOB_S - 2)
             assert provider.violations == [] and provider.in_flight == 1
             assert (await fw.get(second.id)).status is Status.QUEUED
-            await run_for(clock, JOB_S + 8)
+            await run_for(fw, provider, clock, JOB_S + 8)
             done = [await fw.get(first.id), await fw.get(second.id)]
         assert [t.status for t in done] == [Status.SUCCEEDED, Status.SUCCEEDED]
         assert done[0].upstream_ref == claimed.work_key  # resumed, not submitted again
@@ -433,12 +442,7 @@ async def test_a_process_started_after_a_death_holds_the_slot_of_the_job_it_foll
     job_kind(second, provider)
     async with second, second.worker(grace_s=0):
         queued = await second.submit("job", {"i": 2}, lane="interactive")
-
-        async def ended() -> bool:
-            tasks = [await second.get(dying.id), await second.get(queued.id)]
-            return all(t.terminal and t.lease_token is None for t in tasks)
-
-        await step_until(clock, ended, 3 * JOB_S)
+        await run_for(second, provider, clock, 3 * JOB_S)
         done = [await second.get(dying.id), await second.get(queued.id)]
     assert provider.violations == [] and provider.peak == 1
     assert [t.status for t in done] == [Status.SUCCEEDED, Status.SUCCEEDED]
