@@ -294,20 +294,15 @@ class Runtime:
         request spends none), then one write of them all (all land or none do).
 
         ``overflow``: past the tenant's ``interactive_depth`` the tasks go in the background
-        lane instead of being refused (their request key means the same in either lane)."""
-        news = [self._new_task(i, r, tenant, gate, batch) for i, r in enumerate(requests)]
+        lane instead of being refused (their request key means the same in either lane),
+        decided with each task's insert."""
+        news = [self._new_task(i, r, tenant, gate, batch, overflow) for i, r in enumerate(requests)]
         if gate is not None:
             await gate.admit(tenant, self.settings.tenants.submit_rate)
         batch_key = None
         if batch is not None and batch.key is not None:
             batch_key = BatchKey(batch.key, batch_hash(requests), self.settings.retention.keys)
-        try:
-            return await self._write(news, batch, batch_key)
-        except AdmissionRefused as exc:
-            if not overflow or exc.limit != "interactive_depth":
-                raise
-        behind = [dataclasses.replace(n, lane=Lane.BACKGROUND, interactive_depth=0) for n in news]
-        return await self._write(behind, batch, batch_key)
+        return await self._write(news, batch, batch_key)
 
     async def submit_job(
         self, request: JobRequest, *, tenant: str = "default", gate: Gate | None = None
@@ -381,13 +376,15 @@ class Runtime:
         tenant: str,
         gate: Gate | None,
         batch: BatchOf | None,
+        overflow: bool,
     ) -> NewTask:
         try:
-            return self._checked(request, tenant, gate, None if batch is None else batch.id)
+            new = self._checked(request, tenant, gate, None if batch is None else batch.id)
         except FloodwayError as exc:
             if batch is None or batch.refuse_item is None:
                 raise
             raise batch.refuse_item(index, exc) from None
+        return dataclasses.replace(new, overflow=overflow) if overflow else new
 
     def _checked(
         self, request: SubmitRequest, tenant: str, gate: Gate | None, batch_id: str | None
