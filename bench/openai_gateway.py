@@ -125,10 +125,14 @@ async def until_up(url: str, timeout: float) -> None:
 
 
 @contextmanager
-def process(args: list[str], log: Path, env: dict[str, str] | None = None) -> Iterator[int]:
+def process(
+    args: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> Iterator[int]:
+    """Run ``args`` in ``cwd``: ``python -m`` imports from there first, ahead of PYTHONPATH
+    (from this tree, ``--floodway-src`` would have measured this tree)."""
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            args, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
+            args, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT, cwd=cwd
         )
     try:
         yield proc.pid
@@ -276,10 +280,10 @@ async def _floodway(
         FLOODWAY_CONFIG.format(folder=folder, key=KEY, provider=provider, model=MODEL)
     )
     port = free_port()
-    src = str(args.floodway_src or ROOT)
+    src = Path(args.floodway_src or ROOT)
     command = [sys.executable, "-m", "floodway.cli", "serve", "--config", str(config), "--port",
                str(port)]  # fmt: skip
-    with process(command, folder / "floodway.log", {"PYTHONPATH": src}) as pid:
+    with process(command, folder / "floodway.log", {"PYTHONPATH": str(src)}, src) as pid:
         url = f"http://127.0.0.1:{port}"
         await until_up(f"{url}/readyz", timeout=60)
         out: dict[str, Any] = measure("floodway", url, "/openai/v1/chat/completions", pid,

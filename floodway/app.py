@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from floodway.clock import Clock, LedgerClock, wait_event
+from floodway.clock import Clock, LedgerClock
 from floodway.config import (
     KindConfig,
     ResourceConfig,
@@ -394,25 +394,18 @@ class Floodway:
         other processes' through the ledger's change feed (PostgreSQL's LISTEN, SQLite's
         data version): the task is read again only when it may have ended."""
         await self.open()
-        runtime = self.runtime
-        event = runtime.hub.watch(task_id)
-        self.follow_changes()
         give_up = None if timeout is None else self.clock.now() + timeout
-        try:
+        with self.runtime.hub.watch(task_id, ends_only=True) as watch:
+            self.follow_changes()
             while True:
-                event.clear()
+                watch.clear()
                 task = await self.get(task_id, tenant=tenant)
                 if task.terminal:
                     return task
                 left = None if give_up is None else give_up - self.clock.now()
-                if left is None:
-                    await event.wait()
-                    continue
-                if left <= 0:
+                if left is not None and left <= 0:
                     raise WaitTimeout(f"task {task_id} still {task.status.value} after {timeout}s")
-                await wait_event(self.clock, event, left)
-        finally:
-            runtime.hub.unwatch(task_id, event)
+                await watch.wait(self.clock, left)
 
     async def cancel(self, task_id: str, *, tenant: str | None = None) -> Task:
         """Cancel at once; a running task's call, sent already, is read to its end, recorded
@@ -492,25 +485,18 @@ class Floodway:
     ) -> dict[str, Any]:
         """Wait until the job has ended: woken by its end as :meth:`wait` is by a task's."""
         await self.open()
-        hub = self.runtime.hub
-        event = hub.watch(job_id)
-        self.follow_changes()
         give_up = None if timeout is None else self.clock.now() + timeout
-        try:
+        with self.runtime.hub.watch(job_id) as watch:
+            self.follow_changes()
             while True:
-                event.clear()
+                watch.clear()
                 job = await self.get_job(job_id, tenant=tenant)
                 if job["status"] != JobStatus.RUNNING:
                     return job
                 left = None if give_up is None else give_up - self.clock.now()
-                if left is None:
-                    await event.wait()
-                    continue
-                if left <= 0:
+                if left is not None and left <= 0:
                     raise WaitTimeout(f"job {job_id} still running after {timeout}s")
-                await wait_event(self.clock, event, left)
-        finally:
-            hub.unwatch(job_id, event)
+                await watch.wait(self.clock, left)
 
     # -- running -----------------------------------------------------------------------------
     @asynccontextmanager

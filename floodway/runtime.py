@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from floodway.clock import Clock, stop_task
+from floodway.clock import Clock, stop_task, wait_event
 from floodway.config import Settings
 from floodway.context import Context
 from floodway.core.errors import (
@@ -34,7 +34,7 @@ from floodway.core.jobs import (
 from floodway.core.outcome import Cancelled, Completion, Failed, Outcome
 from floodway.core.retry import RetryPolicy
 from floodway.core.spend import Charge, Usage
-from floodway.core.states import Status
+from floodway.core.states import TERMINAL, Status
 from floodway.core.task import (
     Lane,
     NewTask,
@@ -101,15 +101,61 @@ class BatchOf:
     refuse_item: Callable[[int, FloodwayError], Exception] | None = None
 
 
+class Watch:
+    """A waiter's wake-up for some tasks' (or a job's) changes. The one way to wait for a
+    change without missing it: watch first, then, in a loop, :meth:`clear`, read the state,
+    and :meth:`wait` if it is not what is awaited. A change made while the read runs sets the
+    watch again; a watch made after the read would miss it, and its waiter would sleep until
+    its timeout.
+
+    ``ends_only``: woken only by an end (a terminal status), as the change feed wakes it for
+    other processes' writes: a waiter for a result does not read the task again when it is
+    merely claimed."""
+
+    def __init__(self, hub: ChangeHub, *, ends_only: bool = False) -> None:
+        self.hub = hub
+        self.ends_only = ends_only
+        self.changed = asyncio.Event()
+        self.ids: set[str] = set()
+
+    def add(self, task_id: str) -> None:
+        """Watch one more task: before reading it."""
+        if task_id not in self.ids:
+            self.ids.add(task_id)
+            self.hub.add_watch(task_id, self)
+
+    def clear(self) -> None:
+        self.changed.clear()
+
+    async def wait(self, clock: Clock, timeout: float | None) -> bool:
+        """Until a watched change (True) or ``timeout`` seconds on ``clock`` (None: none)."""
+        if timeout is None:
+            await self.changed.wait()
+            return True
+        return await wait_event(clock, self.changed, timeout)
+
+    def close(self) -> None:
+        for task_id in self.ids:
+            self.hub.drop_watch(task_id, self)
+        self.ids.clear()
+        self.hub.drop_remote(self)
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
 class ChangeHub:
     """Fans the store's change notes out to whoever waits in this process: this process's
     own writes at once, other processes' through the store's change feed (:meth:`follow`)."""
 
     def __init__(self) -> None:
         self.work_available = asyncio.Event()
-        self._task_waiters: dict[str, set[asyncio.Event]] = {}
+        self._task_waiters: dict[str, set[Watch]] = {}
         self._any: set[asyncio.Event] = set()
-        self._remote: set[asyncio.Event] = set()
+        self._remote: set[Watch] = set()
         self._follower: asyncio.Task[None] | None = None
         self._someone_waits = asyncio.Event()
 
@@ -117,16 +163,38 @@ class ChangeHub:
         for change in changes:
             if change.status in (Status.QUEUED, Status.RETRYING):
                 self.work_available.set()
-            for event in self._task_waiters.get(change.task_id, ()):
-                event.set()
+            ended = change.status in TERMINAL
+            for watch in self._task_waiters.get(change.task_id, ()):
+                if ended or not watch.ends_only:
+                    watch.changed.set()
         for event in self._any:
             event.set()
 
-    def watch(self, task_id: str) -> asyncio.Event:
-        event = asyncio.Event()
-        self._task_waiters.setdefault(task_id, set()).add(event)
+    def watch(self, *task_ids: str, ends_only: bool = False, remote: bool = False) -> Watch:
+        """A :class:`Watch` of ``task_ids`` (more may be added), registered now: before
+        the caller reads them. ``remote``: also woken by every notice of another process's
+        write (:meth:`follow` must run)."""
+        watch = Watch(self, ends_only=ends_only)
+        for task_id in task_ids:
+            watch.add(task_id)
+        if remote:
+            self._remote.add(watch)
+            self._someone_waits.set()
+        return watch
+
+    def add_watch(self, task_id: str, watch: Watch) -> None:
+        self._task_waiters.setdefault(task_id, set()).add(watch)
         self._someone_waits.set()
-        return event
+
+    def drop_watch(self, task_id: str, watch: Watch) -> None:
+        waiters = self._task_waiters.get(task_id)
+        if waiters is not None:
+            waiters.discard(watch)
+            if not waiters:
+                del self._task_waiters[task_id]
+
+    def drop_remote(self, watch: Watch) -> None:
+        self._remote.discard(watch)
 
     def follow(self, store: Store) -> None:
         """Hear other processes' writes for this process's waiters, from now until
@@ -155,18 +223,13 @@ class ChangeHub:
                 await asyncio.sleep(FOLLOW_IDLE_S)
                 continue
             for task_id in ended:
-                for event in self._task_waiters.get(task_id, ()):
-                    event.set()
+                for watch in self._task_waiters.get(task_id, ()):
+                    watch.changed.set()
             if changed:
-                for event in (*self._any, *self._remote):
+                for event in self._any:
                     event.set()
-
-    def unwatch(self, task_id: str, event: asyncio.Event) -> None:
-        waiters = self._task_waiters.get(task_id)
-        if waiters is not None:
-            waiters.discard(event)
-            if not waiters:
-                del self._task_waiters[task_id]
+                for watch in self._remote:
+                    watch.changed.set()
 
     def watch_all(self) -> asyncio.Event:
         event = asyncio.Event()
@@ -176,16 +239,6 @@ class ChangeHub:
 
     def unwatch_all(self, event: asyncio.Event) -> None:
         self._any.discard(event)
-
-    def watch_remote(self) -> asyncio.Event:
-        """Set on every notice of another process's write (:meth:`follow` must run)."""
-        event = asyncio.Event()
-        self._remote.add(event)
-        self._someone_waits.set()
-        return event
-
-    def unwatch_remote(self, event: asyncio.Event) -> None:
-        self._remote.discard(event)
 
 
 @dataclass(frozen=True)
@@ -304,20 +357,15 @@ class Runtime:
         request spends none), then one write of them all (all land or none do).
 
         ``overflow``: past the tenant's ``interactive_depth`` the tasks go in the background
-        lane instead of being refused (their request key means the same in either lane)."""
-        news = [self._new_task(i, r, tenant, gate, batch) for i, r in enumerate(requests)]
+        lane instead of being refused (their request key means the same in either lane),
+        decided with each task's insert."""
+        news = [self._new_task(i, r, tenant, gate, batch, overflow) for i, r in enumerate(requests)]
         if gate is not None:
             await gate.admit(tenant, self.settings.tenants.submit_rate)
         batch_key = None
         if batch is not None and batch.key is not None:
             batch_key = BatchKey(batch.key, batch_hash(requests), self.settings.retention.keys)
-        try:
-            return await self._write(news, batch, batch_key)
-        except AdmissionRefused as exc:
-            if not overflow or exc.limit != "interactive_depth":
-                raise
-        behind = [dataclasses.replace(n, lane=Lane.BACKGROUND, interactive_depth=0) for n in news]
-        return await self._write(behind, batch, batch_key)
+        return await self._write(news, batch, batch_key)
 
     async def submit_job(
         self, request: JobRequest, *, tenant: str = "default", gate: Gate | None = None
@@ -391,13 +439,15 @@ class Runtime:
         tenant: str,
         gate: Gate | None,
         batch: BatchOf | None,
+        overflow: bool,
     ) -> NewTask:
         try:
-            return self._checked(request, tenant, gate, None if batch is None else batch.id)
+            new = self._checked(request, tenant, gate, None if batch is None else batch.id)
         except FloodwayError as exc:
             if batch is None or batch.refuse_item is None:
                 raise
             raise batch.refuse_item(index, exc) from None
+        return dataclasses.replace(new, overflow=overflow) if overflow else new
 
     def _checked(
         self, request: SubmitRequest, tenant: str, gate: Gate | None, batch_id: str | None

@@ -163,6 +163,8 @@ class NewTask:
     batch_id: str | None = None
     tier: str | None = None
     interactive_depth: int = 0  # 0 = unlimited; checked atomically with the insert
+    #: past ``interactive_depth`` it goes in the background lane instead of being refused
+    overflow: bool = False
     #: sha256 of the canonical request body, to tell a replay from a conflicting reuse of a key
     request_hash: str = ""
     #: may take the result of identical work that succeeded (False: it asks for a new sample,

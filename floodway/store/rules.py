@@ -26,6 +26,7 @@ The rules, in the order a task meets them:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -204,7 +205,7 @@ def submit_one(
             return Submitted((yield from load(found)), reused=True)
         expired = found is _Key.EXPIRED
     if _checks_depth(new):
-        yield from _check_depth(new)
+        new = yield from _within_depth(new)
     row = yield from one("insert_task", **insert_params(task_id, new, now))
     assert row is not None  # INSERT ... RETURNING always returns the row
     yield from event(task_id, Status.QUEUED, now, 0)
@@ -276,19 +277,25 @@ def _checks_depth(new: NewTask) -> bool:
     return new.lane is Lane.INTERACTIVE and new.interactive_depth > 0
 
 
-def _check_depth(new: NewTask) -> Rule[None]:
+def _within_depth(new: NewTask) -> Rule[NewTask]:
+    """An interactive task as it may go in: as it is while its tenant has room in the lane,
+    else in the background lane when it ``overflows`` (decided here, in the transaction that
+    inserts it: a refusal would roll back the whole commit group), else refused."""
     # Count and insert under one per-tenant lock, so concurrent submitters cannot both see
     # room for one more; the lock ends with the transaction.
     yield from one("lock_tenant_depth", tenant=new.tenant)
     row = yield from one("count_interactive", tenant=new.tenant)
     depth = int(row["depth"]) if row else 0
-    if depth >= new.interactive_depth:
-        raise AdmissionRefused(
-            "interactive_depth",
-            f"too fast: tenant {new.tenant!r} already has {depth} interactive tasks in "
-            f"flight (limit {new.interactive_depth}); wait for one to finish",
-            retry_after=1.0,
-        )
+    if depth < new.interactive_depth:
+        return new
+    if new.overflow:
+        return dataclasses.replace(new, lane=Lane.BACKGROUND)
+    raise AdmissionRefused(
+        "interactive_depth",
+        f"too fast: tenant {new.tenant!r} already has {depth} interactive tasks in "
+        f"flight (limit {new.interactive_depth}); wait for one to finish",
+        retry_after=1.0,
+    )
 
 
 def _check_budgets(

@@ -33,8 +33,8 @@ async def test_a_task_another_process_ends_wakes_its_waiter_here(backend: Backen
             await there.complete(
                 [Completion(first.id, Status.SUCCEEDED, lease_token="tok", result=1)], NOW
             )
-            await asyncio.wait_for(ended.wait(), timeout=10)
-            assert not other.is_set()  # its task did not end: its waiter sleeps on
+            await asyncio.wait_for(ended.changed.wait(), timeout=10)
+            assert not other.changed.is_set()  # its task did not end: its waiter sleeps on
         finally:
             await hub.stop_following()
 

@@ -376,6 +376,18 @@ async def test_interactive_depth_holds_under_concurrent_submitters(backend: Back
         assert await count(a) == 3
 
 
+async def test_past_the_interactive_depth_an_overflowing_task_goes_in_the_background_lane(
+    backend: Backend,
+) -> None:
+    """Decided with its insert: nothing is refused, so nothing rolls back."""
+    async with backend.opened() as a, backend.opened() as b:
+        new = task(lane=Lane.INTERACTIVE, interactive_depth=3, overflow=True)
+        results = await asyncio.gather(*[s.submit([new], NOW) for s in [a, b] * 5])
+        lanes = [r[0].task.lane for r in results]
+        assert lanes.count(Lane.INTERACTIVE) == 3 and lanes.count(Lane.BACKGROUND) == 7
+        assert await count(a) == 10
+
+
 # -- claim ------------------------------------------------------------------------------------
 
 

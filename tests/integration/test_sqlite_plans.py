@@ -22,6 +22,7 @@ BY_INDEX = {
     "repoint_waiters": "tasks_waiters",
     "claim_ids": "sqlite_autoindex_tasks_1",
     "past_deadline": "tasks_deadlines",
+    "count_interactive": "tasks_interactive",
 }
 
 

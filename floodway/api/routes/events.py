@@ -54,14 +54,12 @@ async def status_stream(
     fw: Floodway, task_id: str, after: int, recheck_s: float
 ) -> AsyncIterator[str]:
     """The task's events after its ``after``-th."""
-    hub = fw.runtime.hub
-    changed = hub.watch(task_id)
-    try:
+    with fw.runtime.hub.watch(task_id) as watch:
         already = (await fw.events(task_id, 0))[:after] if after else []
         after_seq = already[-1].seq if already else 0
         place = len(already)
         while True:
-            changed.clear()  # before reading, so a write during the read wakes us again
+            watch.clear()  # before reading, so a write during the read wakes us again
             batch = await fw.events(task_id, after_seq)
             ended = None
             if not batch or batch[-1].status in TERMINAL:
@@ -84,12 +82,10 @@ async def status_stream(
                 yield format_event(event, place, ended if event is batch[-1] else None)
             if ended is not None:
                 return
-            if not await event_set_within(changed, recheck_s):
+            if not await event_set_within(watch.changed, recheck_s):
                 if await _find(fw, task_id) is None:
                     return  # purged meanwhile: nothing more will ever come
                 yield ": keep-alive\n\n"  # also keeps idle proxies from cutting the stream
-    finally:
-        hub.unwatch(task_id, changed)
 
 
 async def _find(fw: Floodway, task_id: str) -> Task | None:

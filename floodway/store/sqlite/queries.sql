@@ -51,8 +51,10 @@ ON CONFLICT (tenant, key) DO UPDATE SET task_id = excluded.task_id,
 -- name: lock_tenant_depth
 SELECT :tenant;
 
+-- Its partial index, named: without statistics the planner takes tasks_tenant_seq, a walk of
+-- every task the tenant ever had (slower with each submit).
 -- name: count_interactive
-SELECT count(*) AS depth FROM tasks
+SELECT count(*) AS depth FROM tasks INDEXED BY tasks_interactive
 WHERE tenant = :tenant AND lane = 'interactive' AND status IN ('queued', 'running', 'retrying');
 
 -- -- the work: fingerprints, waiters ------------------------------------------------------

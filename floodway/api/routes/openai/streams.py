@@ -14,22 +14,25 @@ stream to its end and keeps it for the same request again.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from fastapi.responses import StreamingResponse
 
 from floodway.api.routes.openai.calls import failure
 from floodway.api.routes.openai.headers import task_headers
 from floodway.api.state import ApiState
+from floodway.clock import event_set_within
 from floodway.core.errors import IllegalTransition, TaskNotFound
 from floodway.core.states import Status
 from floodway.core.task import Task
 from floodway.wire.openai import STREAM_OBJECT, is_last_event, openai_error, task_failure
+
+if TYPE_CHECKING:
+    from floodway.runtime import Watch
 
 #: events read from the ledger at once
 READ_AT_ONCE = 1000
@@ -62,7 +65,7 @@ class StreamReader:
     #: the task whose events are read: the call's own, or the one it joined in flight
     source: str = ""
     sent: int = 0
-    _events: list[asyncio.Event] = field(default_factory=list)
+    _watch: Watch | None = None
 
     def __post_init__(self) -> None:
         self.source = self.task.id
@@ -75,6 +78,7 @@ class StreamReader:
         while True:
             got = await self._pull()
             if isinstance(got, _Ended) and got.error is not None and self.sent == 0:
+                self._unwatch()  # answered as an error: no stream follows
                 raise failure(self.task, task_headers(self.task.id, self.task.upstream_request_id))
             if got:
                 return got
@@ -119,8 +123,11 @@ class StreamReader:
         return None
 
     async def _pull(self) -> list[str] | _Ended:
-        """What is new since the last look: events, the end, or nothing."""
+        """What is new since the last look: events, the end, or nothing. Read under the
+        watch, cleared first: whatever is written while it reads wakes the next wait."""
         fw = self.state.fw
+        watch = self._watching()
+        watch.clear()
         task = await fw.get(self.task.id, tenant=self.task.tenant)
         self.task = task
         if task.status in (Status.SUCCEEDED, Status.DEDUPED):
@@ -139,6 +146,7 @@ class StreamReader:
                 await self._cancel_own()
                 return _Ended(self._error(409, "stream-lost", "the stream it joined failed"))
             self.source = source
+            watch.add(source)  # before its events are read
         rows = await fw.stream_events(self.source, self.sent, READ_AT_ONCE)
         if rows:
             self.sent = rows[-1][0]
@@ -155,30 +163,24 @@ class StreamReader:
         text = json.dumps(body if self.named else {"error": error}, separators=(",", ":"))
         return f"event: error\ndata: {text}\n\n" if self.named else f"data: {text}\n\n"
 
+    def _watching(self) -> Watch:
+        """The watch of the task, its source and other processes' writes, from the first
+        read on (until the stream ends)."""
+        if self._watch is None:
+            hub = self.state.fw.runtime.hub
+            self._watch = hub.watch(self.task.id, self.source, remote=True)
+            self.state.fw.follow_changes()
+        return self._watch
+
     async def _wait(self, timeout: float) -> bool:
-        """Until the task or its source changes here, another process writes, or timeout."""
-        hub = self.state.fw.runtime.hub
-        self._unwatch()
-        self._events = [hub.watch(self.task.id), hub.watch(self.source), hub.watch_remote()]
-        self.state.fw.follow_changes()
-        waits = [asyncio.ensure_future(e.wait()) for e in self._events]
-        try:
-            done, _ = await asyncio.wait(
-                waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            for w in waits:
-                w.cancel()
-        return bool(done)
+        """Until the task or its source changed since the last read began, another process
+        wrote, or timeout."""
+        return await event_set_within(self._watching().changed, timeout)
 
     def _unwatch(self) -> None:
-        hub = self.state.fw.runtime.hub
-        if self._events:
-            own, source, remote = self._events
-            hub.unwatch(self.task.id, own)
-            hub.unwatch(self.source, source)
-            hub.unwatch_remote(remote)
-        self._events = []
+        if self._watch is not None:
+            self._watch.close()
+        self._watch = None
 
     async def _comment(self) -> str:
         position = await queue_position(self.state, self.task, self.source)
