@@ -195,11 +195,12 @@ class PostgresStore(Ledger):
 
     # -- the two primitives of the ledger --------------------------------------------------
     async def _fetch(self, query: Query) -> Any:
+        pool = self._require_pool()  # the one lent from: a pool closed meanwhile closes conn
         try:
             conn, value = await self._lend(lambda c: _execute(c, query))
         except psycopg.Error as exc:
             raise self._error(exc) from exc
-        await self._require_pool().putconn(conn)
+        await pool.putconn(conn)
         return value
 
     async def _commit(self, write: Write) -> Written:
@@ -244,7 +245,10 @@ class PostgresStore(Ledger):
                 pending.done.set_result(done)
 
     async def _run_group(self, writes: list[Write]) -> list[Written]:
-        # The group's BEGIN is the first command on the lent connection (see _lend).
+        # The group's BEGIN is the first command on the lent connection (see _lend). The
+        # connection goes back to the pool it came from: closed meanwhile, that closes it,
+        # and the group's outcome stands.
+        pool = self._require_pool()
         conn, _ = await self._lend(lambda c: c.execute(_TX[Tx.BEGIN], prepare=False))
         began = True
 
@@ -266,7 +270,7 @@ class PostgresStore(Ledger):
                     await conn.execute("ROLLBACK", prepare=False)
             raise
         finally:
-            await self._require_pool().putconn(conn)
+            await pool.putconn(conn)
 
     async def _lend(self, first: Callable[[Conn], Awaitable[T]]) -> tuple[Conn, T]:
         """A pooled connection, and what ``first`` (a read, or BEGIN) gave on it. A connection
