@@ -124,7 +124,7 @@ class Ledger(LedgerOpenAIRecords, LedgerJobs, LedgerTierRecords, ABC):
         def rule(changes: list[TaskChange]) -> Rule[list[Submitted]]:
             return (yield from rules.submit([submission], changes))[0]
 
-        return await self._write(rule, merge=submission if submission.mergeable else None)
+        return await self._write(rule, merge=submission)
 
     async def get(self, task_id: str, tenant: str | None = None) -> Task | None:
         row = await self._one("get_task", id=task_id)

@@ -30,7 +30,6 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from functools import cached_property
 from typing import Any
 
 from floodway.core.changes import ended_for_waiters
@@ -95,12 +94,6 @@ class Submission:
     now: float
     batch_key: BatchKey | None = None
 
-    @cached_property  # read for every task of the submit: a walk of them all each time
-    def mergeable(self) -> bool:
-        """May share one INSERT with other submits' tasks. A depth check counts under a
-        per-tenant lock: it goes task by task."""
-        return not any(_checks_depth(n) for n in self.tasks)
-
 
 class _Key(Enum):
     RESERVED = "reserved"  # the key was free: it now names the new task
@@ -152,13 +145,15 @@ def submit(
     submissions: Sequence[Submission], changes: list[TaskChange]
 ) -> Rule[list[list[Submitted]]]:
     """Several submits as one: their tasks share one statement (request keys reserved,
-    tasks inserted, queued events logged, free fingerprints owned); a task whose request key
-    is taken already (a replay, a conflict, an expired key), whose work is owned already, or
-    that checks a depth limit, goes on alone."""
+    tasks inserted, queued events logged, free fingerprints owned), their interactive
+    depths counted once per tenant; a task whose request key is taken already (a replay, a
+    conflict, an expired key) or whose work is owned already goes on alone."""
     for s in submissions:
         if s.batch_key is not None and s.tasks:
             yield from _batch_key(s.tasks[0], s.batch_key, s.now)
-    fast = [(n, s.now, new_id(s.now)) for s in submissions if s.mergeable for n in s.tasks]
+    news = [(n, s.now) for s in submissions for n in s.tasks]
+    placed = yield from _within_depths([n for n, _ in news])
+    fast = [(n, now, new_id(now)) for n, (_, now) in zip(placed, news, strict=True)]
     inserted: dict[str, Row] = {}
     if fast:
         given = [_insert_row(task_id, n, now) for n, now, task_id in fast]
@@ -169,8 +164,8 @@ def submit(
     for s in submissions:
         done: list[Submitted] = []
         for n in s.tasks:
-            row = inserted.get(next(ids)[2]) if s.mergeable else None
-            if row is None:  # its key was taken, or it goes alone anyway
+            row = inserted.get(next(ids)[2])
+            if row is None:  # its key was taken: it goes alone
                 done.append((yield from submit_one(n, s.now, changes)))
                 continue
             task = task_from_row(row)
@@ -204,8 +199,7 @@ def submit_one(
         if isinstance(found, str):  # a replay: the task the key names
             return Submitted((yield from load(found)), reused=True)
         expired = found is _Key.EXPIRED
-    if _checks_depth(new):
-        new = yield from _within_depth(new)
+    (new,) = yield from _within_depths([new])
     row = yield from one("insert_task", **insert_params(task_id, new, now))
     assert row is not None  # INSERT ... RETURNING always returns the row
     yield from event(task_id, Status.QUEUED, now, 0)
@@ -277,15 +271,28 @@ def _checks_depth(new: NewTask) -> bool:
     return new.lane is Lane.INTERACTIVE and new.interactive_depth > 0
 
 
-def _within_depth(new: NewTask) -> Rule[NewTask]:
-    """An interactive task as it may go in: as it is while its tenant has room in the lane,
-    else in the background lane when it ``overflows`` (decided here, in the transaction that
-    inserts it: a refusal would roll back the whole commit group), else refused."""
-    # Count and insert under one per-tenant lock, so concurrent submitters cannot both see
-    # room for one more; the lock ends with the transaction.
-    yield from one("lock_tenant_depth", tenant=new.tenant)
-    row = yield from one("count_interactive", tenant=new.tenant)
-    depth = int(row["depth"]) if row else 0
+def _within_depths(news: Sequence[NewTask]) -> Rule[list[NewTask]]:
+    """Each task as it may go in: an interactive one as it is while its tenant has room in
+    the lane (the tasks before it here counted in), else in the background lane when it
+    ``overflows`` (decided here, in the transaction that inserts it: a refusal rolls back
+    the whole commit group), else refused. Each tenant's depth is counted once, under its
+    lock (taken in tenant order), so concurrent submitters cannot both see room for one
+    more; the lock ends with the transaction."""
+    depths: dict[str, int] = {}
+    for tenant in sorted({n.tenant for n in news if _checks_depth(n)}):
+        yield from one("lock_tenant_depth", tenant=tenant)
+        row = yield from one("count_interactive", tenant=tenant)
+        depths[tenant] = int(row["depth"]) if row else 0
+    placed = []
+    for new in news:
+        if _checks_depth(new):
+            new = _placed(new, depths[new.tenant])
+            depths[new.tenant] += new.lane is Lane.INTERACTIVE
+        placed.append(new)
+    return placed
+
+
+def _placed(new: NewTask, depth: int) -> NewTask:
     if depth < new.interactive_depth:
         return new
     if new.overflow:
