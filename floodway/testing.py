@@ -51,9 +51,10 @@ class FakeClock:
         target = self._now + seconds
         while self._sleepers and self._sleepers[0][0] <= target:
             at, _, fut = heapq.heappop(self._sleepers)
+            if fut.done():  # its sleeper was cancelled (a wait that ended first): none to wake
+                continue
             self._now = max(self._now, at)
-            if not fut.done():
-                fut.set_result(None)
+            fut.set_result(None)
             await settle()
         self._now = target
         await settle()

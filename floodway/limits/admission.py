@@ -665,7 +665,11 @@ class LimitsAdmission:
             if settlement.headers:
                 await self._resync(plan, permit, settlement.headers, now)
         if settlement.keep_slot:
-            await self.renew([permit], self._tuning.upstream_slot_ttl_s)
+            ttl = self._tuning.upstream_slot_ttl_s
+            if await self.renew([permit], ttl):
+                # Not the task's own slot any more: held under its call's id (a process
+                # started while the job ran holds it so), which is renewed by taking it again.
+                await self.hold(permit, self._clock.now() + ttl)
         elif settlement.still_running_s is not None:
             await self.hold(permit, self._clock.now() + settlement.still_running_s)
         else:

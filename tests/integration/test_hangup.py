@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 
 from floodway import BudgetExceeded, Context, Floodway, Parked, Settings, Status, Task
 from floodway.config import BudgetConfig, PriceConfig, ResourceConfig, TenantConfig, WorkerConfig
+from floodway.kinds import UNBOUNDED_CALL_S
 from floodway.store.base import ClaimParams, TaskQuery
 from floodway.testing import FakeClock, settle, sever
 from harness.billing import BillingProvider
@@ -338,6 +339,7 @@ def job_kind(fw: Floodway, provider: BillingProvider, hang_in: str | None = None
         idempotent=True,
         poll=poll,
         poll_after=1.0,
+        poll_max_attempts=1000,  # followed as long as it runs, the longest included
     )(submit)
     return hung
 
@@ -411,19 +413,13 @@ async def test_a_job_whose_poller_died_keeps_its_slot_until_its_task_resumes_it(
         await fw.close()
 
 
-@pytest.mark.parametrize("moment", ["submitting", "polling"])
-async def test_a_process_started_after_a_death_holds_the_slot_of_the_job_it_followed(
-    database: str, limiter: dict[str, str], clock: FakeClock, moment: str
-) -> None:
-    """A process dies (SIGKILL) while it follows an upstream job: its handler has just
-    recorded the job, or its poller is polling it. The process started after it, once the
-    submitting call could have ended, holds that job's slot until a poll sees the job over:
-    a queued job (cap 1, interactive: admitted first) waits instead of running beside it at
-    the provider, and the first task ends with its job's result."""
-    provider = BillingProvider(clock, call_s=JOB_S, price=PRICE, cap=1, honours_keys=True)
-    # A severed PostgreSQL process is not judged dead: its lease expires, 5 s after its death.
-    update: dict[str, object] = {"worker": WorkerConfig(lease=5.0), **limiter}
-    config = settings(database, cap=1).model_copy(update=update)
+async def die_following_a_job(
+    config: Settings, clock: FakeClock, provider: BillingProvider, moment: str
+) -> Task:
+    """A process that dies (SIGKILL) while it follows an upstream job: its handler has just
+    recorded the job (``moment`` ``"submitting"``), or its poller is polling it
+    (``"polling"``). Returns the task once the submitting call could have ended, when the
+    process after it starts."""
     first = Floodway(settings=config, clock=clock)
     hung = job_kind(first, provider, hang_in=moment)
     async with AsyncExitStack() as alive:
@@ -437,7 +433,27 @@ async def test_a_process_started_after_a_death_holds_the_slot_of_the_job_it_foll
         await step_until(clock, hanging, JOB_S / 2)
         assert hung.is_set() and provider.in_flight == 1
         await sever(first)
-    await clock.advance(2 * TIMEOUT_S)  # restarted once the submitting call could have ended
+    await clock.advance(2 * TIMEOUT_S)
+    return dying
+
+
+def restarted(database: str, limiter: dict[str, str] | None = None) -> Settings:
+    # A severed PostgreSQL process is not judged dead: its lease expires, 5 s after its death.
+    update: dict[str, object] = {"worker": WorkerConfig(lease=5.0), **(limiter or {})}
+    return settings(database, cap=1).model_copy(update=update)
+
+
+@pytest.mark.parametrize("moment", ["submitting", "polling"])
+async def test_a_process_started_after_a_death_holds_the_slot_of_the_job_it_followed(
+    database: str, limiter: dict[str, str], clock: FakeClock, moment: str
+) -> None:
+    """A process dies while it follows an upstream job (:func:`die_following_a_job`). The
+    process started after it holds that job's slot until a poll sees the job over: a queued
+    job (cap 1, interactive: admitted first) waits instead of running beside it at the
+    provider, and the first task ends with its job's result."""
+    provider = BillingProvider(clock, call_s=JOB_S, price=PRICE, cap=1, honours_keys=True)
+    config = restarted(database, limiter)
+    dying = await die_following_a_job(config, clock, provider, moment)
     second = Floodway(settings=config, clock=clock)
     job_kind(second, provider)
     async with second, second.worker(grace_s=0):
@@ -448,3 +464,36 @@ async def test_a_process_started_after_a_death_holds_the_slot_of_the_job_it_foll
     assert [t.status for t in done] == [Status.SUCCEEDED, Status.SUCCEEDED]
     assert done[0].upstream_ref == dying.work_key  # resumed, not submitted again
     assert sum(provider.charges.values()) == 2
+
+
+async def test_a_job_longer_than_one_hold_keeps_its_slot_after_a_restart(
+    database: str, clock: FakeClock
+) -> None:
+    """The dead process's job runs longer than one hold of its slot lasts (a hold is renewed,
+    never endless): each poll that finds it running keeps the slot the restarted process
+    holds for it, as it keeps a job's own, so the queued job waits to its very end. Time
+    passes in jumps (each loop wakes once a jump, as after a pause) of less than a poll's
+    longest gap. The in-process limiter: a Redis slot's time is the server's, not the
+    test's clock."""
+    long_s = UNBOUNDED_CALL_S + 10 * JOB_S
+
+    def job_s(ctx: Context) -> float:
+        return long_s if ctx.task.input == {"i": 1} else JOB_S
+
+    provider = BillingProvider(clock, call_s=job_s, price=PRICE, cap=1, honours_keys=True)
+    config = restarted(database)
+    dying = await die_following_a_job(config, clock, provider, "polling")
+    second = Floodway(settings=config, clock=clock)
+    job_kind(second, provider)
+    async with second, second.worker(grace_s=0):
+        queued = await second.submit("job", {"i": 2}, lane="interactive")
+        await run_for(second, provider, clock, JOB_S)  # resumed, polled on the job's gaps
+        for _ in range(int(2 * long_s / 30)):
+            if (await second.get(dying.id)).terminal:
+                break
+            await clock.jump(30)
+        assert (await second.get(dying.id)).status is Status.SUCCEEDED
+        await run_for(second, provider, clock, 3 * JOB_S)
+        done = await second.get(queued.id)
+    assert provider.violations == [] and provider.peak == 1
+    assert done.status is Status.SUCCEEDED and sum(provider.charges.values()) == 2
