@@ -10,6 +10,7 @@ from floodway.core.jobs import Instance, Job, JobSpec, JobState, JobStatus
 from floodway.core.outcome import Completion
 from floodway.core.states import TERMINAL, Status
 from floodway.core.task import Candidate, ErrorInfo, Lane, NewTask, Task
+from floodway.core.tiers import ENDED_LINES
 from floodway.store.base import ClaimParams, TaskQuery
 
 
@@ -207,6 +208,7 @@ def park_params(
         "poll_at": poll_at,
         "now": now,
         "polled": 1 if polled else 0,
+        "ended_lines": list(ENDED_LINES),
     }
 
 

@@ -433,8 +433,14 @@ RETURNING id;
 
 -- -- upstream jobs and callbacks --------------------------------------------------------------
 
+-- A task whose batch line ended while it was being polled is due at once: the batch's end
+-- woke only the tasks parked then, and this poll read the line before it ended.
 -- name: park
-UPDATE tasks SET parked = true, upstream_ref = %(ref)s, next_attempt_at = %(poll_at)s,
+UPDATE tasks SET parked = true, upstream_ref = %(ref)s,
+    next_attempt_at = CASE WHEN EXISTS (
+        SELECT 1 FROM upstream_lines l
+        WHERE l.task_id = %(id)s AND l.state = ANY(%(ended_lines)s::text[])
+    ) THEN %(now)s ELSE %(poll_at)s END,
     poll_attempts = poll_attempts + %(polled)s::integer, lease_owner = NULL,
     lease_token = NULL, lease_expires_at = NULL, updated_at = %(now)s
 WHERE id = %(id)s AND status = 'running' AND lease_token = %(token)s;

@@ -279,8 +279,14 @@ RETURNING id;
 
 -- -- upstream jobs and callbacks --------------------------------------------------------------
 
+-- A task whose batch line ended while it was being polled is due at once: the batch's end
+-- woke only the tasks parked then, and this poll read the line before it ended.
 -- name: park
-UPDATE tasks SET parked = 1, upstream_ref = :ref, next_attempt_at = :poll_at,
+UPDATE tasks SET parked = 1, upstream_ref = :ref,
+    next_attempt_at = CASE WHEN EXISTS (
+        SELECT 1 FROM upstream_lines l
+        WHERE l.task_id = :id AND l.state IN (SELECT value FROM json_each(:ended_lines))
+    ) THEN :now ELSE :poll_at END,
     poll_attempts = poll_attempts + :polled, lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, updated_at = :now
 WHERE id = :id AND status = 'running' AND lease_token = :token;
