@@ -481,6 +481,7 @@ class Runtime:
             request.tier, spec.tiers.offered, spec.name, interactive=lane is Lane.INTERACTIVE
         )
         key = request.key
+        pricing = self.pricing
         return NewTask(
             kind=request.kind,
             input=value,
@@ -494,8 +495,8 @@ class Runtime:
             key_ttl_s=self.settings.retention.keys,
             fingerprint=spec.work_print(value, tenant),
             cost_estimated=cost,
-            spend_hold=self.pricing.hold(request.kind, spec.resource, cost),
-            budget=self.pricing.budget_of(tenant),
+            spend_hold=pricing.hold(request.kind, spec.resource, cost),
+            budget=pricing.budget_of(tenant),
             metadata=dict(request.metadata or {}),
             callback_url=request.callback_url,
             batch_id=batch_id,
