@@ -359,7 +359,11 @@ class Runtime:
         ``overflow``: past the tenant's ``interactive_depth`` the tasks go in the background
         lane instead of being refused (their request key means the same in either lane),
         decided with each task's insert."""
-        news = [self._new_task(i, r, tenant, gate, batch, overflow) for i, r in enumerate(requests)]
+        # A loop, not a comprehension: one would make these arguments cells of this frame,
+        # objects the garbage collector walks for as long as the write is pending.
+        news = []
+        for i, r in enumerate(requests):
+            news.append(self._new_task(i, r, tenant, gate, batch, overflow))
         if gate is not None:
             await gate.admit(tenant, self.settings.tenants.submit_rate)
         batch_key = None
@@ -424,13 +428,15 @@ class Runtime:
             rank_at=job.created_at,
         )
 
-    async def _write(
+    def _write(
         self, news: list[NewTask], batch: BatchOf | None, batch_key: BatchKey | None
-    ) -> list[Submitted]:
+    ) -> Awaitable[list[Submitted]]:
+        """The store's write of ``news`` (not a coroutine of its own: one less object per
+        pending submit)."""
         now = self.clock.now()
         if batch is not None and batch.openai is not None:
-            return await self.openai_records.submit_openai_batch(batch.openai, news, now)
-        return await self.store.submit(news, now, batch_key=batch_key)
+            return self.openai_records.submit_openai_batch(batch.openai, news, now)
+        return self.store.submit(news, now, batch_key=batch_key)
 
     def _new_task(
         self,
@@ -475,6 +481,7 @@ class Runtime:
             request.tier, spec.tiers.offered, spec.name, interactive=lane is Lane.INTERACTIVE
         )
         key = request.key
+        pricing = self.pricing
         return NewTask(
             kind=request.kind,
             input=value,
@@ -488,8 +495,8 @@ class Runtime:
             key_ttl_s=self.settings.retention.keys,
             fingerprint=spec.work_print(value, tenant),
             cost_estimated=cost,
-            spend_hold=self.pricing.hold(request.kind, spec.resource, cost),
-            budget=self.pricing.budget_of(tenant),
+            spend_hold=pricing.hold(request.kind, spec.resource, cost),
+            budget=pricing.budget_of(tenant),
             metadata=dict(request.metadata or {}),
             callback_url=request.callback_url,
             batch_id=batch_id,

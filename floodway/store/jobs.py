@@ -6,18 +6,15 @@ decisions are rules of :mod:`floodway.store.rules` (``submit_job``, ``advance_jo
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from floodway.core.jobs import Job, JobState, JobStatus
 from floodway.core.spend import Budget
 from floodway.store import rules
 from floodway.store.access import LedgerAccess
-from floodway.store.base import JobPlanner, TaskChange
+from floodway.store.base import JobPlanner
 from floodway.store.rows import job_from_row, job_state_from
-from floodway.store.steps import Rule, count
-
-T = TypeVar("T")
+from floodway.store.steps import count
 
 
 class JobRecords(Protocol):
@@ -60,21 +57,6 @@ class LedgerJobs(LedgerAccess):
 
     def plan_jobs(self, planner: JobPlanner) -> None:
         self._planner = planner
-
-    def advancing(
-        self, rule: Callable[[list[TaskChange]], Rule[T]]
-    ) -> Callable[[list[TaskChange]], Rule[T]]:
-        """``rule``, then the next steps of the jobs whose tasks it ended."""
-        planner = self._planner
-        if planner is None:
-            return rule
-
-        def run(changes: list[TaskChange]) -> Rule[T]:
-            value = yield from rule(changes)
-            yield from rules.advance_jobs(planner, changes)
-            return value
-
-        return run
 
     @property
     def planner(self) -> JobPlanner:

@@ -94,8 +94,9 @@ class Ledger(LedgerOpenAIRecords, LedgerJobs, LedgerTierRecords, ABC):
         wake: bool = False,
         merge: rules.Submission | None = None,
     ) -> T:
-        """Run a write; this process's listeners hear of its changes after the commit."""
-        done = await self._commit(Write(self.advancing(rule), wake, merge))
+        """Run a write, then the next steps of the jobs whose tasks it ended; this process's
+        listeners hear of its changes after the commit."""
+        done = await self._commit(Write(rule, wake, merge, self._planner))
         if done.error is not None:
             raise done.error
         if done.changes:

@@ -18,8 +18,12 @@ def dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value, separators=(",", ":"))
 
 
+#: a stored JSON text's types (a tuple: ``str | bytes`` would build a union at each call)
+_TEXT = (str, bytes)
+
+
 def loads(value: Any) -> Any:
-    if value is None or not isinstance(value, str | bytes):
+    if value is None or not isinstance(value, _TEXT):
         return value
     return json.loads(value)
 

@@ -34,6 +34,9 @@ T = TypeVar("T")
 
 #: A row as the backends return it: columns by name.
 Row = Mapping[str, Any]
+#: The types of a list parameter, for ``isinstance``: a tuple of them, not ``list | tuple``,
+#: which builds a new union (an object for the garbage collector) each time it is evaluated.
+LIST_TYPES = (list, tuple)
 Shape = Literal["one", "all", "count", "each"]
 
 

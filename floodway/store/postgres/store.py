@@ -43,7 +43,7 @@ from floodway.store.group import Write, Written, commit_group
 from floodway.store.ledger import Ledger
 from floodway.store.postgres.listen import ChangeFeed, FeedReader, listen
 from floodway.store.postgres.sql import MIGRATIONS, Conn, Q
-from floodway.store.steps import Ask, Query, Step, Tx, count
+from floodway.store.steps import LIST_TYPES, Ask, Query, Step, Tx, count
 
 T = TypeVar("T")
 Pool = AsyncConnectionPool[Conn]
@@ -338,7 +338,7 @@ def _bind(params: Mapping[str, Any]) -> dict[str, Any]:
     arrays."""
     out: dict[str, Any] = {}
     for key, value in params.items():
-        if isinstance(value, list | tuple):
+        if isinstance(value, LIST_TYPES):
             value = _records(value) if value and isinstance(value[0], dict) else list(value)
         out[key] = value
     return out

@@ -32,7 +32,7 @@ from floodway.store.group import Write, Written, commit_group
 from floodway.store.ledger import Ledger
 from floodway.store.queries import load_migrations, load_queries
 from floodway.store.sqlite.threads import Checkpointer, ConnectionThread
-from floodway.store.steps import Ask, Query, Step, Tx
+from floodway.store.steps import LIST_TYPES, Ask, Query, Step, Tx
 
 Q = load_queries("floodway.store.sqlite")
 MIGRATIONS = load_migrations("floodway.store.sqlite.migrations")
@@ -332,9 +332,13 @@ def _sql(name: str) -> str:
     return Q[name]
 
 
-def _bind(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Lists (of ids, of kinds, of rows) go to SQLite's ``json_each`` as JSON arrays."""
-    return {k: json.dumps(v) if isinstance(v, list | tuple) else v for k, v in params.items()}
+def _bind(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Lists (of ids, of kinds, of rows) go to SQLite's ``json_each`` as JSON arrays; a
+    statement without one (a row's insert) is bound as it is, not copied."""
+    for value in params.values():
+        if isinstance(value, LIST_TYPES):
+            return {k: json.dumps(v) if isinstance(v, LIST_TYPES) else v for k, v in params.items()}
+    return params
 
 
 # -- schema ---------------------------------------------------------------------------------
