@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from floodway.providers.sim.anthropic.wire import check, message, rfc3339
-from floodway.providers.sim.openai.desk import LineCharge, batch_ledger
+from floodway.providers.sim.openai.desk import DeskBooks, LineCharge
 from floodway.providers.sim.openai.wire import dumps
 
 #: Anthropic's limit of one batch
@@ -60,24 +60,14 @@ class MessageBatch:
 
 
 @dataclass
-class MessageBatchDesk:
+class MessageBatchDesk(DeskBooks):
     clock: Callable[[], float]
     hold_s: float = 0.0
     batches: dict[str, MessageBatch] = field(default_factory=dict)
-    charges: list[LineCharge] = field(default_factory=list)
-    #: batches created, in order (a crash test counts them)
-    created: list[str] = field(default_factory=list)
-    #: the most requests held enqueued at once, in batches not ended
-    most_enqueued: int = 0
-
-    def ledger(self) -> dict[str, Any]:
-        return batch_ledger(self.created, self.charges, self.most_enqueued)
 
     def reset(self) -> None:
+        super().reset()
         self.batches.clear()
-        self.charges.clear()
-        self.created.clear()
-        self.most_enqueued = 0
 
     def create(self, requests: list[dict[str, Any]]) -> MessageBatch:
         """A new batch, its requests counted with those of the batches not ended by now."""
@@ -87,10 +77,9 @@ class MessageBatchDesk:
         self.batches[batch.id] = batch
         self.created.append(batch.id)
         self.advance(batch)
-        enqueued = sum(
-            len(b.requests) for b in self.batches.values() if b.processing_status != "ended"
+        self.note_enqueued(
+            sum(len(b.requests) for b in self.batches.values() if b.processing_status != "ended")
         )
-        self.most_enqueued = max(self.most_enqueued, enqueued)
         return batch
 
     def advance(self, batch: MessageBatch) -> None:

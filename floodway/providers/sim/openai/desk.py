@@ -52,6 +52,28 @@ def batch_ledger(
     }
 
 
+@dataclass(kw_only=True)
+class DeskBooks:
+    """What a fake batch API billed and held, kept alike by the OpenAI and Anthropic desks."""
+
+    charges: list[LineCharge] = field(default_factory=list)
+    #: batches created, in order (a crash test counts them)
+    created: list[str] = field(default_factory=list)
+    #: the most lines held enqueued at once, in batches not ended
+    most_enqueued: int = 0
+
+    def ledger(self) -> dict[str, Any]:
+        return batch_ledger(self.created, self.charges, self.most_enqueued)
+
+    def reset(self) -> None:
+        self.charges.clear()
+        self.created.clear()
+        self.most_enqueued = 0
+
+    def note_enqueued(self, lines: int) -> None:
+        self.most_enqueued = max(self.most_enqueued, lines)
+
+
 @dataclass
 class Batch:
     id: str
@@ -95,7 +117,7 @@ class Batch:
 
 
 @dataclass
-class BatchDesk:
+class BatchDesk(DeskBooks):
     """The simulator's files and batches, and the charges of their lines."""
 
     clock: Callable[[], float]
@@ -103,21 +125,11 @@ class BatchDesk:
     answers: dict[str, LineAnswer] = field(default_factory=dict)
     files: dict[str, tuple[dict[str, Any], bytes]] = field(default_factory=dict)
     batches: dict[str, Batch] = field(default_factory=dict)
-    charges: list[LineCharge] = field(default_factory=list)
-    #: batches created, in order (a crash test counts them)
-    created: list[str] = field(default_factory=list)
-    #: the most lines held enqueued at once, in batches not ended
-    most_enqueued: int = 0
-
-    def ledger(self) -> dict[str, Any]:
-        return batch_ledger(self.created, self.charges, self.most_enqueued)
 
     def reset(self) -> None:
+        super().reset()
         self.files.clear()
         self.batches.clear()
-        self.charges.clear()
-        self.created.clear()
-        self.most_enqueued = 0
 
     def enqueue(self, batch: Batch) -> None:
         """A new batch, its lines counted with those of the batches not ended by now."""
@@ -126,8 +138,7 @@ class BatchDesk:
         self.batches[batch.id] = batch
         self.created.append(batch.id)
         self.advance(batch)
-        enqueued = sum(len(b.lines) for b in self.batches.values() if b.status in OPEN)
-        self.most_enqueued = max(self.most_enqueued, enqueued)
+        self.note_enqueued(sum(len(b.lines) for b in self.batches.values() if b.status in OPEN))
 
     def advance(self, batch: Batch) -> None:
         """Bring ``batch`` up to the clock: at its hold's end, every line answered."""
