@@ -196,6 +196,10 @@ class ChangeHub:
     def drop_remote(self, watch: Watch) -> None:
         self._remote.discard(watch)
 
+    def watching(self) -> int:
+        """How many watches are registered (each a waiter to wake), for tasks or remote."""
+        return sum(len(w) for w in self._task_waiters.values()) + len(self._remote)
+
     def follow(self, store: Store) -> None:
         """Hear other processes' writes for this process's waiters, from now until
         :meth:`stop_following`: one loop per process reads, after each notice of the feed,

@@ -42,6 +42,18 @@ async def test_a_stream_hears_the_events_written_while_it_looked_for_them(
         assert await reader.first(patience_s=600) == [EVENT]
 
 
+async def test_a_stream_lets_go_of_its_watch_before_its_body_starts(db_url: str) -> None:
+    """A client may hang up before the body starts; only a started body lets go of what it
+    holds, so the first events are looked for under a watch of their own."""
+    fw = Floodway(database=db_url)
+    fw.kind("k")(lambda ctx, value: None)
+    async with fw:  # no worker: the task waits
+        task = await fw.submit("k", {"n": 1})
+        reader = StreamReader(ApiState(fw), task, lambda data: f"data: {data}\n\n")
+        assert await reader.first(patience_s=0.01) == []
+        assert fw.runtime.hub.watching() == 0
+
+
 def test_a_waiter_for_an_end_is_not_woken_by_a_claim() -> None:
     hub = ChangeHub()
     with hub.watch("t_1", ends_only=True) as result, hub.watch("t_1") as stream:

@@ -75,17 +75,22 @@ class StreamReader:
         or nothing yet after ``patience_s`` (the client gets comments from then on)."""
         clock = self.state.fw.clock
         give_up = clock.now() + patience_s
-        while True:
-            got = await self._pull()
-            if isinstance(got, _Ended) and got.error is not None and self.sent == 0:
-                self._unwatch()  # answered as an error: no stream follows
-                raise failure(self.task, task_headers(self.task.id, self.task.upstream_request_id))
-            if got:
-                return got
-            left = give_up - clock.now()
-            if left <= 0:
-                return []
-            await self._wait(left)
+        try:
+            while True:
+                got = await self._pull()
+                if isinstance(got, _Ended) and got.error is not None and self.sent == 0:
+                    headers = task_headers(self.task.id, self.task.upstream_request_id)
+                    raise failure(self.task, headers)
+                if got:
+                    return got
+                left = give_up - clock.now()
+                if left <= 0:
+                    return []
+                await self._wait(left)
+        finally:
+            # Let go of the watch: the body may never start (the client hung up first), and
+            # only a started body lets go of what it holds. Its first read watches again.
+            self._unwatch()
 
     async def rest(self, first: list[str] | _Ended) -> AsyncIterator[str]:
         """The SSE body: comments while waiting, the events as they come, then the end."""
