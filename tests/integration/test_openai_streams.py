@@ -190,7 +190,14 @@ async def test_fifty_streams_on_a_resource_capped_at_5_through_a_429_storm(
     prompt = sum(u.prompt_tokens for _, u in done)
     completion = sum(u.completion_tokens for _, u in done)
     assert prompt + completion == front.sim.core.ledger.total_tokens
-    report = await front.server.fw.store.spend(SpendQuery(since=0))
+    fw = front.server.fw
+
+    async def all_settled() -> bool:  # a stream ends at its last event, its spend just after
+        tasks = await fw.list_tasks(TaskQuery(tenant="tenant-a", limit=100))
+        return len(tasks) == 50 and all(t.terminal for t in tasks)
+
+    await until(all_settled, 10, "every streamed task's outcome written")
+    report = await fw.store.spend(SpendQuery(since=0))
     (line,) = report.lines
     assert (line.input_tokens, line.output_tokens, line.calls) == (prompt, completion, 50)
     assert line.cost == pytest.approx((prompt * 1.0 + completion * 2.0) / 1e6)
