@@ -68,19 +68,20 @@ async def finish_upstream(
     headers: Mapping[str, str] | None = None,
 ) -> bool:
     """Write ``item`` for a task waiting on an upstream job; True if this write landed. Only
-    the write that lands releases the provider slot and runs the follow-ups (fallback, alerts):
-    the loser of a webhook/poll race must not settle the same permit twice. A task given up on
-    while its job may still run (``item.orphan_until``) keeps the job's slot until then."""
+    the write that lands, or that closes the attempt of a task a cancel ended meanwhile,
+    releases the provider slot: the loser of a webhook/poll race must not settle the same
+    permit twice. A task given up on while its job may still run (``item.orphan_until``) keeps
+    the job's slot until then."""
     now = runtime.clock.now()
     applied = (await runtime.store.complete([item], now))[0]
-    if not applied.applied:
+    if not (applied.applied or applied.closed):
         return False
     held = None
     if item.orphan_until is not None:
         held = runtime.kinds.get(task.kind).slot_held_until(task, item.orphan_until, now) - now
     settlement = Settlement(actual_cost=usage, headers=dict(headers or {}), still_running_s=held)
     await runtime.admission.settle(permit_of(runtime, task), settlement, runtime.clock.now())
-    return True
+    return applied.applied
 
 
 def permit_of(runtime: Runtime, task: Task) -> Permit:
@@ -335,7 +336,9 @@ class UpstreamPoller:
         parked = await runtime.store.park(
             task.id, task.lease_token, task.upstream_ref, at, runtime.clock.now(), polled=polled
         )
-        if not parked:  # a webhook finished it, or the sweeper took it back: not ours anymore
+        if not parked:  # a webhook finished it, a cancel ended it, or the sweeper took it back
+            if polled:
+                await self._cancelled_mid_poll(task)
             return
         spec = runtime.kinds.get(task.kind)
         if spec.poll is not None and spec.poll.holds_slots:
@@ -343,6 +346,23 @@ class UpstreamPoller:
             keep = Settlement(headers=dict(headers or {}), keep_slot=True)
             await runtime.admission.settle(permit_of(runtime, task), keep, runtime.clock.now())
         self.wake(at)
+
+    async def _cancelled_mid_poll(self, task: Task) -> None:
+        """A cancel that lands while a poll is out ends the task at once (the poller holds its
+        lease) and leaves the attempt open, the job running upstream: ask the provider to stop
+        it, and if it did, close the attempt and give its slot back. Otherwise the attempt stays
+        open for the sweeper, which holds the slot as long as the job may run."""
+        runtime = self.runtime
+        current = await runtime.store.get(task.id)
+        if current is None or current.status is not Status.CANCELLED or task.upstream_ref is None:
+            return
+        spec = runtime.kinds.get(task.kind)
+        if not await self._cancel_upstream(spec, runtime.context(task), task.upstream_ref):
+            return
+        error = ErrorInfo(ErrorClass.CANCELLED, "cancelled", "cancelled while a poll was out")
+        await finish_upstream(
+            runtime, task, self._give_up_on(task, spec, True, Status.CANCELLED, error)
+        )
 
     async def _give_up(
         self, task: Task, spec: KindSpec, ctx: Context, ref: str, error: ErrorInfo

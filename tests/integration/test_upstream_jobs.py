@@ -341,6 +341,52 @@ async def test_cancelling_a_parked_task_cancels_the_upstream_job_at_once(db_url:
     assert sim.state.stats.polls == 0
 
 
+async def test_a_cancel_while_a_poll_is_out_cancels_the_upstream_job_and_frees_its_slot(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The poller holds the task's lease while it polls, so the cancel ends the task at once;
+    # the job still runs upstream, and the provider can stop it: it must be asked to.
+    config = SimulatorConfig(async_jobs=True, job_duration_ms=300_000, latency_jitter=0)
+    async with running_simulator(config) as sim:
+        kinds = {"gen": {"adapter": "simulated", "url": sim.url, "poll_after": "50ms"}}
+        settings = Settings(database=db_url, kinds=kinds, resources={"gpu": {"concurrency": 1}})
+        kinds["gen"]["resource"] = "gpu"
+        fw = Floodway(settings=settings)
+        async with fw, fw.worker(concurrency=2):
+            poller = fw.kinds.get("gen").poll
+            assert poller is not None
+            look = type(poller).poll
+            polling, answer = asyncio.Event(), asyncio.Event()
+
+            async def held_poll(self: Any, ctx: Context, ref: str) -> tuple[str, Any]:
+                polling.set()
+                await answer.wait()
+                return await look(self, ctx, ref)
+
+            monkeypatch.setattr(type(poller), "poll", held_poll)
+            task = await fw.submit("gen", {"n": 1})
+            await asyncio.wait_for(polling.wait(), 20)
+            await fw.cancel(task.id)
+            answer.set()
+            assert (await fw.wait(task.id, timeout=20)).status is Status.CANCELLED
+
+            async def stopped() -> bool:
+                return sim.state.stats.cancelled == 1
+
+            await eventually(stopped)
+            # The job was stopped: its slot is free for the next task now, not when a lease or
+            # a hold lapses.
+            monkeypatch.setattr(type(poller), "poll", look)
+            nxt = await fw.submit("gen", {"n": 2})
+
+            async def sent() -> bool:
+                return sim.state.stats.jobs_submitted == 2
+
+            await eventually(sent, timeout=5)
+            assert (await fw.get(nxt.id)).status is Status.RUNNING
+        await aclose_kinds(fw.kinds)
+
+
 async def test_a_failed_job_is_submitted_again_by_the_next_attempt(db_url: str) -> None:
     config = SimulatorConfig(async_jobs=True, job_duration_ms=50, error_rate=0.5, seed=4)
     async with running_simulator(config) as sim:
@@ -355,13 +401,13 @@ async def test_a_failed_job_is_submitted_again_by_the_next_attempt(db_url: str) 
     assert sim.state.ledger.total == 10  # failed jobs are refunded: each task billed once
 
 
-@pytest.mark.parametrize("end", ["cancel", "poll_deadline", "sweeper_deadline"])
+@pytest.mark.parametrize("end", ["cancel", "cancel_mid_poll", "poll_deadline", "sweeper_deadline"])
 async def test_a_job_given_up_on_keeps_its_provider_slot_while_it_may_run(
     db_url: str, clock: FakeClock, end: str
 ) -> None:
-    """A parked task ends (cancelled, or past its deadline) but its provider cannot be asked to
-    stop the job: the job goes on at the provider, so its slot must stay taken. Cap 1: the next
-    task may not start beside it."""
+    """A parked task ends (cancelled while parked or while a poll is out, or past its deadline)
+    but its provider cannot be asked to stop the job: the job goes on at the provider, so its
+    slot must stay taken. Cap 1: the next task may not start beside it."""
     fw = Floodway(
         settings=Settings(database=db_url, resources={"gpu": {"concurrency": 1}}), clock=clock
     )
@@ -371,11 +417,16 @@ async def test_a_job_given_up_on_keeps_its_provider_slot_while_it_may_run(
     def running() -> int:
         return sum(1 for ends in jobs.values() if ends > clock.now())
 
+    polling, answer = asyncio.Event(), asyncio.Event()
+
     async def poll(ctx: Context, ref: str) -> tuple[str, Any]:
+        if end == "cancel_mid_poll" and not answer.is_set():
+            polling.set()
+            await answer.wait()  # the cancel lands while this poll is out
         return ("done", {"job": ref}) if jobs[ref] <= clock.now() else ("running", None)
 
     # a poll at the deadline itself (the poller gives up) or long after it (the sweeper does)
-    first_poll = 1.0 if end == "poll_deadline" else 100.0
+    first_poll = 1.0 if end in ("poll_deadline", "cancel_mid_poll") else 100.0
 
     @fw.kind("gen", resource="gpu", deadline=None, timeout=40, poll=poll, poll_after=first_poll)
     async def gen(ctx: Context, value: Any) -> Parked:
@@ -392,9 +443,14 @@ async def test_a_job_given_up_on_keeps_its_provider_slot_while_it_may_run(
             await clock.advance(0.1)
         if end == "cancel":
             await fw.cancel(first.id)
+        if end == "cancel_mid_poll":
+            while not polling.is_set():
+                await clock.advance(0.1)
+            await fw.cancel(first.id)
+            answer.set()
         await clock.advance(5)
         ended = await fw.get(first.id)
-        assert ended.status is (Status.CANCELLED if end == "cancel" else Status.TIMEOUT)
+        assert ended.status is (Status.TIMEOUT if "deadline" in end else Status.CANCELLED)
         second = await fw.submit("gen", {"n": 2})
         await clock.advance(5)  # the first job still runs at the provider
         assert (await fw.get(second.id)).status is Status.QUEUED
