@@ -22,6 +22,7 @@ what the kind declares about its provider:
 
 from __future__ import annotations
 
+import bisect
 import enum
 import math
 from collections import deque
@@ -106,15 +107,15 @@ def unseen_call_s(timeout_s: float) -> float:
     return 2 * timeout_s
 
 
-def call_bound_s(durations: Sequence[float], timeout_s: float) -> float:
+def call_bound_s(ordered: Sequence[float], timeout_s: float) -> float:
     """How long a call of a kind may run at the provider, at the longest, as floodway assumes
-    when it cannot see the call end: from what the kind's recent calls took (a high quantile,
-    doubled, plus half a second; a call that timed out counts as :func:`unseen_call_s`), never
-    above :func:`unseen_call_s`, which holds until enough calls have been seen."""
+    when it cannot see the call end: from what the kind's recent calls took (``ordered``,
+    shortest first: a high quantile, doubled, plus half a second; a call that timed out counts
+    as :func:`unseen_call_s`), never above :func:`unseen_call_s`, which holds until enough
+    calls have been seen."""
     longest = unseen_call_s(timeout_s)
-    if len(durations) < MIN_SAMPLES:
+    if len(ordered) < MIN_SAMPLES:
         return longest
-    ordered = sorted(durations)
     rank = max(0, math.ceil(QUANTILE * len(ordered)) - 1)
     return min(longest, ordered[rank] * MARGIN + SLACK_S)
 
@@ -123,15 +124,23 @@ class CallTimes:
     """How long each kind's recent calls took (in process memory): the calls that answered,
     whatever they answered, and the calls floodway timed out on, at the length it takes them
     to run (:func:`unseen_call_s`). A bound drawn from them is written on each attempt as it
-    starts, so a process started after a crash reads it from the ledger."""
+    starts, so a process started after a crash reads it from the ledger. Kept in arrival
+    order (which to forget) and in length order (the quantile, read on every claim)."""
 
     def __init__(self, size: int = 256) -> None:
         self._size = size
         self._kept: dict[str, deque[float]] = {}
+        self._ordered: dict[str, list[float]] = {}
 
     def record(self, kind: str, seconds: float) -> None:
-        if math.isfinite(seconds) and seconds >= 0:
-            self._kept.setdefault(kind, deque(maxlen=self._size)).append(seconds)
+        if not (math.isfinite(seconds) and seconds >= 0):
+            return
+        kept = self._kept.setdefault(kind, deque())
+        ordered = self._ordered.setdefault(kind, [])
+        if len(kept) == self._size:
+            del ordered[bisect.bisect_left(ordered, kept.popleft())]
+        kept.append(seconds)
+        bisect.insort(ordered, seconds)
 
     def bound_s(self, kind: str, timeout_s: float) -> float:
-        return call_bound_s(self._kept.get(kind, ()), timeout_s)
+        return call_bound_s(self._ordered.get(kind, ()), timeout_s)
