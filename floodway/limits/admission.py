@@ -52,6 +52,7 @@ from floodway.limits.base import (
     LimitSnapshot,
     Permit,
     ResourceSnapshot,
+    Room,
     Settlement,
 )
 from floodway.limits.headers import CONCURRENCY, REQUESTS, TOKENS, exhausted_pause, read_quotas
@@ -199,6 +200,19 @@ class _Pass:
     wait: float | None = None  # least retry_in among the refusals
     recovering: bool = False  # the backend lost its state: it admits nothing for a while
 
+    def shut(self, plan: ResourcePlan | None) -> str | None:
+        """The key that refuses every request of this resource for sure (its gate paused, its
+        slots full), from what the pass learned; else None."""
+        if self.recovering:
+            return RECOVERING
+        if plan is None:
+            return None
+        if plan.gate_key in self.closed:
+            return plan.gate_key
+        if plan.takes_slots and plan.slot_key in self.closed:
+            return plan.slot_key
+        return None
+
     def blocked(self, request: AcquireRequest) -> str | None:
         """The key that refuses this request for sure, from what the pass learned; else None."""
         if self.recovering:
@@ -318,7 +332,12 @@ class LimitsAdmission:
             for c in rounds:
                 if limit is not None and len(permits) >= limit:
                     break
-                attempt = self._attempt(c)
+                plan = self._plan(self._kinds.get(c.kind))
+                shut = scan.shut(plan)
+                if shut is not None:  # known before building the request: most of a queue
+                    self._note_held(plan, c.tenant, held, (shut,), now)
+                    continue
+                attempt = self._attempt(c, plan)
                 blocker = scan.blocked(attempt.request)
                 if blocker is not None:
                     self._note_held(attempt.plan, c.tenant, held, (blocker,), now)
@@ -391,26 +410,46 @@ class LimitsAdmission:
     def next_admission_in(self, now: float) -> float | None:
         return None if self._retry_at is None else max(0.0, self._retry_at - now)
 
-    async def saturated(self, kinds: Sequence[str]) -> bool:
-        """One slot count per resource. A kind without an in-flight cap is never saturated,
-        nor is a resource limited only by buckets (their refill is timed, not signalled)."""
-        names = {self._kinds.get(k) for k in kinds}
-        plans = [self._plan(n) for n in names]
-        caps = [None if p is None else self._limits[p.name].get(CONCURRENCY) for p in plans]
-        if not plans or any(cap is None for cap in caps):
-            return False
-        for plan, cap in zip(plans, caps, strict=True):
-            assert plan is not None and cap is not None
-            if await self._backend.slots_in_use(plan.slot_key) < cap.value:
-                return False
-        self._retry_at = None  # only a release can help now: no timed wake-up
+    async def room(self, kinds: Sequence[str]) -> Room:
+        """One slot count per resource. A kind without an in-flight cap always has room, and
+        so does a resource limited only by buckets (their refill is timed, not signalled)."""
         now = self._clock.now()
-        for plan in plans:  # full, with work waiting: the in-flight limit holds work back
-            assert plan is not None
+        open_kinds: list[str] = []
+        most: int | None = 0
+        free: dict[str, int | None] = {}
+        for kind in kinds:
+            plan = self._plan(self._kinds.get(kind))
+            if plan is None:
+                open_kinds.append(kind)
+                most = None
+                continue
+            if plan.name not in free:
+                free[plan.name] = await self._free_slots(plan, now)
+            slots = free[plan.name]
+            if slots is None:
+                most = None
+            elif slots > 0:
+                most = None if most is None else most + slots
+            else:
+                continue
+            open_kinds.append(kind)
+        if not open_kinds:
+            self._retry_at = None  # only a release can help now: no timed wake-up
+        return Room(tuple(open_kinds), most)
+
+    async def _free_slots(self, plan: ResourcePlan, now: float) -> int | None:
+        """The resource's free concurrency slots (None: no in-flight cap). A full one that
+        held work back in its last pass still does: the in-flight limit is what binds it (a
+        dispatcher that finds it full lists none of its work, and slow start must still grow
+        on the answers that follow)."""
+        cap = self._limits[plan.name].get(CONCURRENCY)
+        if cap is None:
+            return None
+        free = int(cap.value) - await self._backend.slots_in_use(plan.slot_key)
+        if free <= 0 and self._held[plan.name]:
             self._bound[plan.name][CONCURRENCY] = now
-            if self._held[plan.name]:  # what the last pass held back still is
-                self._held_at[plan.name] = now
-        return True
+            self._held_at[plan.name] = now
+        return max(0, free)
 
     # -- for the engine -----------------------------------------------------------------------
     def check_fits(self, resource: str | None, cost: float) -> None:
@@ -579,8 +618,7 @@ class LimitsAdmission:
                 out[dimension] = plan.bucket(dimension, limit.value, published=header)
         return out
 
-    def _attempt(self, c: Candidate) -> _Attempt:
-        plan = self._plan(self._kinds.get(c.kind))
+    def _attempt(self, c: Candidate, plan: ResourcePlan | None) -> _Attempt:
         ttl = self._tuning.claim_ttl_s
         holds: dict[str, float] = {}
         gates: tuple[str, ...] = ()

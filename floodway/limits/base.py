@@ -27,6 +27,16 @@ class Permit:
 
 
 @dataclass(frozen=True)
+class Room:
+    """Which kinds an admission pass could admit a task of now, by the slot counts."""
+
+    kinds: tuple[str, ...]
+    #: at most this many at once (their resources' free slots); None when a kind's resource
+    #: has no in-flight cap (or the kind has no resource): nothing bounds the pass but the rest
+    most: int | None
+
+
+@dataclass(frozen=True)
 class Settlement:
     """How the call went, so the limiter can refund, debit and adapt."""
 
@@ -132,10 +142,11 @@ class Admission(Protocol):
         """Seconds until something held back could be admitted (None: only on a release)."""
         ...
 
-    async def saturated(self, kinds: Sequence[str]) -> bool:
-        """True when no task of these kinds could be admitted now for want of a concurrency
-        slot (every kind's resource has all its slots in use): a cheap look that spares a
-        blocked dispatcher the listing and the admission pass on every wake-up."""
+    async def room(self, kinds: Sequence[str]) -> Room:
+        """The kinds among ``kinds`` whose resource has a free concurrency slot now (or no
+        in-flight cap), and how many slots they have free: one slot count per resource, so a
+        dispatcher lists and admits only work that could start, not the queue of every full
+        resource on every slot freed elsewhere."""
         ...
 
     @property
@@ -192,8 +203,8 @@ class NoLimits:
     def next_admission_in(self, now: float) -> float | None:
         return None
 
-    async def saturated(self, kinds: Sequence[str]) -> bool:
-        return False
+    async def room(self, kinds: Sequence[str]) -> Room:
+        return Room(tuple(kinds), None)
 
     def check_fits(self, resource: str | None, cost: float) -> None:
         return None

@@ -36,6 +36,9 @@ class Write:
     #: after ``rule``, in its transaction, the jobs whose tasks it ended take their next
     #: steps (a field, not a wrapping closure: fewer objects per pending write)
     planner: JobPlanner | None = None
+    #: ahead of the other writes waiting with it, in a transaction of its own where the
+    #: backend has one writer (a claim: the provider slot it fills idles until it lands)
+    first: bool = False
 
 
 @dataclass

@@ -93,10 +93,11 @@ class Ledger(LedgerOpenAIRecords, LedgerJobs, LedgerTierRecords, ABC):
         *,
         wake: bool = False,
         merge: rules.Submission | None = None,
+        first: bool = False,
     ) -> T:
         """Run a write, then the next steps of the jobs whose tasks it ended; this process's
         listeners hear of its changes after the commit."""
-        done = await self._commit(Write(rule, wake, merge, self._planner))
+        done = await self._commit(Write(rule, wake, merge, self._planner, first))
         if done.error is not None:
             raise done.error
         if done.changes:
@@ -264,7 +265,7 @@ class Ledger(LedgerOpenAIRecords, LedgerJobs, LedgerTierRecords, ABC):
         return [candidate_from_row(r) for r in rows]
 
     async def claim(self, params: ClaimParams) -> list[Task]:
-        return await self._write(lambda changes: rules.claim(params, changes))
+        return await self._write(lambda changes: rules.claim(params, changes), first=True)
 
     async def complete(self, items: Sequence[Completion], now: float) -> list[Applied]:
         for item in items:

@@ -113,13 +113,22 @@ class Worker:
         self._slot_freed = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._confirming: set[asyncio.Task[None]] = set()
-        #: the last pass admitted nothing: until then, look at the slot counts before listing
-        #: again (None: not blocked)
-        self._blocked_until: float | None = None
+        #: when a pass next lists the queue of every kind, full resources' work included
+        self._look_all_at = 0.0
         #: ready tasks the last claim left waiting for a slot (None: more than it listed)
         self._waiting: int | None = None
         self.completed = 0
-        self.completer = Completer(runtime.store, runtime.clock)
+        #: set unless a pass is to hand a provider slot just freed on: the outcome that freed
+        #: it waits for that pass's claim to be queued (the completer's module says why)
+        #: provider slots given back so far; of them, those the current pass began after, and
+        #: those a pass has handed on (queued its claim, or found nothing to claim)
+        self._slots_freed = 0
+        self._pass_saw = 0
+        self._handed = 0
+        #: outcomes' writes waiting for the hand-off of the slots freed before them (the
+        #: completer's module says why): how many must be handed on, and the future to resolve
+        self._handing: list[tuple[int, asyncio.Future[None]]] = []
+        self.completer = Completer(runtime.store, runtime.clock, claims_first=self._claims_queued)
         #: retries this worker scheduled (a heap of due times): the idle wait ends at the
         #: earliest, not a poll interval later
         self._due: list[float] = []
@@ -223,26 +232,52 @@ class Worker:
             # (a job's next step written, a slot freed) leaves its wake-up for the next pass.
             hub.work_available.clear()
             self._slot_freed.clear()
+            self._pass_saw = self._slots_freed
             free = self._free()
             claimed = 0
             if free > 0:
                 try:
                     claimed = await self._claim(min(free, self.options.claim_batch))
                 except Unavailable as exc:
+                    self._hand_on(self._slots_freed)
                     # Fail closed: claim nothing until the limiter and the ledger answer.
                     log.warning("dispatch paused, retrying in 1 s: %s: %s", type(exc).__name__, exc)
                     await runtime.clock.sleep(1.0)
                     continue
                 except Exception:
+                    self._hand_on(self._slots_freed)
                     log.exception("claim failed; backing off")
                     await runtime.clock.sleep(1.0)
                     continue
+            self._hand_on(self._pass_saw)
             if claimed and claimed == min(free, self.options.claim_batch):
                 continue  # maybe more ready: claim again at once
             if free - claimed <= 0:
+                self._hand_on(self._slots_freed)  # no pass until a slot of this worker frees
                 await self._slot_freed.wait()
                 continue
             await self._idle_wait()
+        self._hand_on(self._slots_freed)
+
+    def _claims_queued(self) -> asyncio.Future[None] | None:
+        """For an outcome about to be written: a future resolved once the provider slots freed
+        so far are handed on; None if they are."""
+        if self._handed >= self._slots_freed:
+            return None
+        done = asyncio.get_running_loop().create_future()
+        self._handing.append((self._slots_freed, done))
+        return done
+
+    def _hand_on(self, freed: int) -> None:
+        """The slots freed up to ``freed`` are handed on: their outcomes may be written."""
+        self._handed = max(self._handed, freed)
+        waiting = []
+        for need, done in self._handing:
+            if need > self._handed:
+                waiting.append((need, done))
+            elif not done.done():
+                done.set_result(None)
+        self._handing = waiting
 
     def _free(self) -> int:
         """How many tasks to claim now: the free slots; fewer while more than ``concurrency``
@@ -286,27 +321,29 @@ class Worker:
         )
         permits: dict[str, Permit] = {}
         if runtime.admission.limited:
-            # Every completion and submit in any process wakes every dispatcher; while the
-            # resources are full, one slot count per resource answers such a wake-up, not a
-            # listing and an admission pass. A slot freed anywhere shows there. Once per idle
-            # period the queue is looked at anyway: a task that became due may take over a
-            # slot its own orphaned call holds, which the counts show as taken.
-            blocked = self._blocked_until is not None and now < self._blocked_until
-            if blocked and await runtime.admission.saturated(kinds):
-                return 0
+            # Every completion and submit in any process wakes every dispatcher. One slot
+            # count per resource tells which kinds could start now: only their work is listed
+            # and offered to admission, not the queue of every full resource on each slot
+            # freed elsewhere. Once per idle period the whole queue is looked at anyway: a task
+            # that became due may take over a slot its own orphaned call holds, which the
+            # counts show as taken.
+            listing = kinds
+            if now < self._look_all_at:
+                room = await runtime.admission.room(kinds)
+                if not room.kinds:
+                    return 0
+                listing = room.kinds
+                if room.most is not None:
+                    limit = min(limit, room.most)
+            else:
+                self._look_all_at = now + self.options.idle_poll_s
             listed = max(limit, 16)
-            ready = await runtime.store.ready(ReadyQuery(kinds, now, listed))
-            if not ready:
-                self._blocked_until = None
-                self._waiting = 0
-                return 0
-            admitted = await runtime.admission.admit(ready, now, limit=limit)
+            ready = await runtime.store.ready(ReadyQuery(listing, now, listed))
+            admitted = await runtime.admission.admit(ready, now, limit=limit) if ready else []
             permits = {p.task_id: p for p in admitted}
             self._waiting = len(ready) - len(permits) if len(ready) < listed else None
             if not permits:
-                self._blocked_until = now + self.options.idle_poll_s
                 return 0
-            self._blocked_until = None
             params = ClaimParams(
                 self.owner,
                 params.token,
@@ -317,6 +354,7 @@ class Worker:
                 ids=tuple(permits),
                 bounds=bounds,
             )
+        self._hand_on(self._pass_saw)  # queued by the time the outcomes' writer runs
         try:
             tasks = await runtime.store.claim(params)
         except BaseException:
@@ -535,8 +573,8 @@ class Worker:
         """A provider slot was given back: let the dispatchers admit the next task now, while
         the outcome is still being written, rather than after (and without first counting
         slots: this one was just given back). Without limits a slot frees nothing."""
-        self._blocked_until = None
         if self.runtime.admission.limited:
+            self._slots_freed += 1
             self.runtime.hub.work_available.set()
 
     async def _write_outcome(self, item: Completion) -> Applied:

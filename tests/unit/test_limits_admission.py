@@ -24,7 +24,7 @@ from floodway.limits.admission import (
     LimitsAdmission,
 )
 from floodway.limits.backend import AcquireRequest, AcquireResult, Bucket
-from floodway.limits.base import Permit, Settlement
+from floodway.limits.base import Permit, Room, Settlement
 from floodway.limits.headers import REQUESTS, TOKENS
 from floodway.limits.local import LocalLimiterBackend
 from floodway.limits.plan import CostTooLarge
@@ -805,32 +805,35 @@ def _check_slots(ledger: Ledger, concurrency: int, adm: LimitsAdmission) -> None
         assert all(n <= cap for n in per_tenant.values()), per_tenant
 
 
-async def test_saturated_means_every_slot_of_every_resource_is_taken() -> None:
+async def test_room_names_the_kinds_whose_resource_has_a_free_slot_and_how_many() -> None:
     r = rig(ResourceConfig(concurrency=2))
-    assert not await r.adm.saturated(["llm-call"])
-    a, _ = await r.admit_permits(cand("a"), cand("b"))
-    assert await r.adm.saturated(["llm-call"])
+    assert await r.adm.room(["llm-call"]) == Room(("llm-call",), 2)
+    (a,) = await r.admit_permits(cand("a"))
+    assert await r.adm.room(["llm-call"]) == Room(("llm-call",), 1)
+    await r.admit_permits(cand("b"))
+    assert await r.adm.room(["llm-call"]) == Room((), 0)
     assert r.adm.next_admission_in(r.now) is None  # only a release helps
-    # A kind with no resource (or an unknown one) can always be admitted.
-    assert not await r.adm.saturated(["llm-call", "plain"])
+    # A kind with no resource (or an unknown one) can always be admitted, without a bound.
+    assert await r.adm.room(["llm-call", "plain"]) == Room(("plain",), None)
     await r.adm.release_slots(a)
-    assert not await r.adm.saturated(["llm-call"])
+    assert await r.adm.room(["llm-call"]) == Room(("llm-call",), 1)
 
 
-async def test_a_resource_limited_by_buckets_alone_is_never_saturated() -> None:
+async def test_a_resource_limited_by_buckets_alone_always_has_room() -> None:
     r = rig(tpm(600, burst=1))
     await r.admit(cand("drain", cost=10))
-    assert not await r.adm.saturated(["llm-call"])
+    assert await r.adm.room(["llm-call"]) == Room(("llm-call",), None)
 
 
-async def test_a_saturated_look_counts_as_the_in_flight_limit_holding_work_back() -> None:
-    """A blocked dispatcher looks at the slot counts instead of admitting: slow start must
-    still grow on the answers that follow (in a fleet, that look is all most passes do)."""
+async def test_a_full_resource_found_by_its_slot_count_is_bound_by_the_in_flight_limit() -> None:
+    """A dispatcher looks at the slot counts before listing, and lists no work of a full
+    resource: slow start must still grow on the answers that follow (in a fleet, that look is
+    all most passes do)."""
     r = rig(ResourceConfig(adaptive=True), tuning=AdmissionTuning(initial_concurrency=2))
     first = await r.admit_permits(cand("a"), cand("b"), cand("c"))
     await r.adm.renew(first)  # claimed: the slots outlive the claim TTL
     await r.clock.advance(10)  # the refusal noted by that pass is long past
-    assert await r.adm.saturated(["llm-call"])
+    assert await r.adm.room(["llm-call"]) == Room((), 0)
     for p in first:
         await r.settle(p)
     assert (await r.adm.snapshot())["llm"].limits["concurrency"].value == 4

@@ -70,7 +70,7 @@ class SqliteStore(Ledger):
         self._target, self._uri = sqlite_path(url)
         self._busy_ms = int(busy_timeout_s * 1000)
         self._writer: ConnectionThread[Write | Query] = ConnectionThread(
-            self.connect, "floodway-sqlite-writer", _commit_writes, max_batch=512
+            self.connect, "floodway-sqlite-writer", _commit_writes, max_batch=512, first=_goes_first
         )
         self._reader: ConnectionThread[Query] = ConnectionThread(
             self.connect, "floodway-sqlite-reader", _read_one
@@ -277,6 +277,10 @@ class SqliteStore(Ledger):
 
 
 # -- running steps on a connection ----------------------------------------------------------
+
+
+def _goes_first(job: Write | Query) -> bool:
+    return isinstance(job, Write) and job.first
 
 
 def _commit_writes(

@@ -3,7 +3,8 @@
 A :class:`ConnectionThread` owns one connection and runs batches of jobs on it: the writer
 hands each batch to the group commit (every write waiting when a transaction starts joins it),
 the reader runs one read at a time. Results go back to each job's event loop in one wake-up
-per batch, not one per job.
+per batch, not one per job. Jobs marked to go first (the writer's claims: a provider slot idles
+until its claim lands) run as a batch of their own ahead of the others waiting with them.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ class ConnectionThread(Generic[J]):
         name: str,
         run_batch: RunBatch[J],
         max_batch: int = 1,
+        first: Callable[[J], bool] | None = None,
     ) -> None:
         self._connect = connect
         self._run_batch = run_batch
         self._max_batch = max_batch
+        self._first = first
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._ready = threading.Event()
         self._open_error: BaseException | None = None
@@ -67,14 +70,26 @@ class ConnectionThread(Generic[J]):
         self._ready.set()
         try:
             while (batch := self._next_batch()) is not None:
-                try:
-                    outcomes = self._run_batch(conn, [job for job, _, _ in batch])
-                except BaseException as exc:  # the batch as a whole failed (COMMIT, disk)
-                    _roll_back(conn)
-                    outcomes = [(None, exc)] * len(batch)
-                _deliver(batch, outcomes)
+                for part in self._split(batch):
+                    self._run(conn, part)
         finally:
             conn.close()
+
+    def _split(self, batch: list[_Job[J]]) -> list[list[_Job[J]]]:
+        if self._first is None:
+            return [batch]
+        first = [job for job in batch if self._first(job[0])]
+        if not first or len(first) == len(batch):
+            return [batch]
+        return [first, [job for job in batch if not self._first(job[0])]]
+
+    def _run(self, conn: sqlite3.Connection, batch: list[_Job[J]]) -> None:
+        try:
+            outcomes = self._run_batch(conn, [job for job, _, _ in batch])
+        except BaseException as exc:  # the batch as a whole failed (COMMIT, disk)
+            _roll_back(conn)
+            outcomes = [(None, exc)] * len(batch)
+        _deliver(batch, outcomes)
 
     def _next_batch(self) -> list[_Job[J]] | None:
         first = self._jobs.get()
