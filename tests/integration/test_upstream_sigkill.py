@@ -103,6 +103,12 @@ async def test_a_task_whose_worker_died_mid_handler_resumes_its_job(
             job = answer.json()["id"]
             if recorded:
                 assert await fw.store.set_upstream_ref(task.id, "dead-lease", job, now)
+            if path == "looked-up":  # the path is the job's state at the sweep, not a race
+
+                async def job_finished() -> bool:
+                    return sim.state.stats.succeeded == 1
+
+                await until(job_finished, 10)
             async with fw.worker(concurrency=2):
                 done = await fw.wait(task.id, timeout=30)
         finally:
