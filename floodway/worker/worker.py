@@ -115,11 +115,10 @@ class Worker:
         self._confirming: set[asyncio.Task[None]] = set()
         #: when a pass next lists the queue of every kind, full resources' work included
         self._look_all_at = 0.0
-        #: ready tasks the last claim left waiting for a slot (None: more than it listed)
+        #: ready tasks the last claim left waiting for a slot (None: more than it listed, or
+        #: the listing left out the kinds of full resources, whose queues it did not count)
         self._waiting: int | None = None
         self.completed = 0
-        #: set unless a pass is to hand a provider slot just freed on: the outcome that freed
-        #: it waits for that pass's claim to be queued (the completer's module says why)
         #: provider slots given back so far; of them, those the current pass began after, and
         #: those a pass has handed on (queued its claim, or found nothing to claim)
         self._slots_freed = 0
@@ -341,7 +340,8 @@ class Worker:
             ready = await runtime.store.ready(ReadyQuery(listing, now, listed))
             admitted = await runtime.admission.admit(ready, now, limit=limit) if ready else []
             permits = {p.task_id: p for p in admitted}
-            self._waiting = len(ready) - len(permits) if len(ready) < listed else None
+            complete = len(ready) < listed and listing == kinds
+            self._waiting = len(ready) - len(permits) if complete else None
             if not permits:
                 return 0
             params = ClaimParams(
@@ -571,8 +571,8 @@ class Worker:
 
     def _provider_slot_freed(self) -> None:
         """A provider slot was given back: let the dispatchers admit the next task now, while
-        the outcome is still being written, rather than after (and without first counting
-        slots: this one was just given back). Without limits a slot frees nothing."""
+        the outcome is still being written, rather than after. Without limits a slot frees
+        nothing."""
         if self.runtime.admission.limited:
             self._slots_freed += 1
             self.runtime.hub.work_available.set()

@@ -6,6 +6,7 @@ claimed before the outcome that freed it is written."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Sequence
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from floodway import Context, Floodway, Settings, Status
 from floodway.config import ResourceConfig
 from floodway.core.outcome import Applied, Completion
-from floodway.store.base import ClaimParams
+from floodway.store.base import ClaimParams, ReadyQuery
 from floodway.testing import FakeClock, settle
 
 
@@ -85,3 +86,56 @@ async def test_the_claim_that_fills_a_freed_slot_is_written_before_the_outcome_t
             n for n, (what, ids) in enumerate(order) if what == "outcome" and before[0] in ids
         ]
         assert order.index(("claim", after)) < freed_by, order
+
+
+async def test_a_pass_lists_the_kinds_whose_resource_has_room_and_every_kind_once_per_idle_period(
+    db_url: str, clock: FakeClock
+) -> None:
+    """While the gpu is full, the cpu's completions wake the dispatcher: those passes list the
+    cpu's queue, not the gpu's waiting work. Once per idle period every kind is listed anyway
+    (a task may take over a slot its own orphaned call holds, which the count shows as taken)."""
+    settings = Settings(
+        database=db_url,
+        resources={"gpu": ResourceConfig(concurrency=1), "cpu": ResourceConfig(concurrency=4)},
+    )
+    fw = Floodway(settings=settings, clock=clock)
+    gpu_free = asyncio.Event()
+
+    @fw.kind("render", resource="gpu")
+    async def render(ctx: Context, value: dict[str, Any]) -> dict[str, Any]:
+        await gpu_free.wait()
+        return value
+
+    @fw.kind("echo", resource="cpu")
+    async def echo(ctx: Context, value: dict[str, Any]) -> dict[str, Any]:
+        return value
+
+    await fw.open()
+    listed: list[tuple[str, ...]] = []
+    ready = fw.store.ready
+
+    async def listing(query: ReadyQuery) -> list[Any]:
+        listed.append(tuple(sorted(query.kinds)))
+        return await ready(query)
+
+    fw.store.ready = listing  # type: ignore[method-assign]
+    try:
+        renders = [await fw.submit("render", {"n": n}) for n in range(3)]
+        async with fw.worker(concurrency=8):
+            await settle()
+            assert (await fw.get(renders[0].id)).status is Status.RUNNING
+            listed.clear()
+            for n in range(5):
+                task = await fw.submit("echo", {"n": n})
+                assert (await fw.wait(task.id, timeout=30)).status is Status.SUCCEEDED
+            assert listed and set(listed) == {("echo",)}, listed
+            listed.clear()
+            await clock.advance(1.0)  # the idle period
+            await settle()
+            assert ("echo", "render") in listed, listed
+            gpu_free.set()
+            for task in renders:
+                assert (await fw.wait(task.id, timeout=30)).status is Status.SUCCEEDED
+    finally:
+        gpu_free.set()
+        await fw.close()

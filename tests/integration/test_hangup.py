@@ -173,6 +173,30 @@ async def test_a_timeout_to_a_provider_that_honours_keys_retries_under_the_same_
         assert await spent(fw) == pytest.approx(provider.billed)
 
 
+async def test_a_retry_takes_over_its_own_slot_when_its_first_call_fills_the_resource(
+    database: str, clock: FakeClock
+) -> None:
+    """A cap of one, held by the task's own call it hung up on: the slot counts show the
+    resource full, yet the retry is listed within an idle period (every kind is, once per
+    idle period) and joins that call, rather than waiting out the hold."""
+    provider = BillingProvider(clock, call_s=CALL_S, price=PRICE, cap=1, honours_keys=True)
+    async with running(database, clock, provider, cap=1, max_attempts=3, idempotent=True) as fw:
+        start = clock.now()
+        task = await fw.submit("gen", {"i": 0})
+        await settle()
+
+        async def succeeded() -> bool:
+            return (await fw.get(task.id)).status is Status.SUCCEEDED
+
+        await step_until(clock, succeeded, 30)
+        done = await fw.get(task.id)
+        assert done.status is Status.SUCCEEDED and done.attempts == 2
+        assert done.attempt_at is not None  # the retry, sent at the first look after its backoff
+        assert done.attempt_at - start <= TIMEOUT_S + 1.0 + 0.5  # an idle period, two steps
+        assert provider.violations == [] and sum(provider.charges.values()) == 1
+        assert provider.violations == [] and sum(provider.charges.values()) == 1
+
+
 async def test_retry_timeouts_resends_only_once_the_first_call_could_have_ended(
     database: str, clock: FakeClock
 ) -> None:

@@ -78,10 +78,11 @@ class ConnectionThread(Generic[J]):
     def _split(self, batch: list[_Job[J]]) -> list[list[_Job[J]]]:
         if self._first is None:
             return [batch]
-        first = [job for job in batch if self._first(job[0])]
-        if not first or len(first) == len(batch):
-            return [batch]
-        return [first, [job for job in batch if not self._first(job[0])]]
+        first: list[_Job[J]] = []
+        rest: list[_Job[J]] = []
+        for job in batch:
+            (first if self._first(job[0]) else rest).append(job)
+        return [part for part in (first, rest) if part]
 
     def _run(self, conn: sqlite3.Connection, batch: list[_Job[J]]) -> None:
         try:
