@@ -13,12 +13,13 @@ from typing import Any, Generic, TypeVar
 import httpx
 from starlette.applications import Starlette
 
-from floodway import Floodway, Settings, Task
+from floodway import Floodway, Settings, Status, Task
 from floodway.core.backoff import Backoff
 from floodway.core.retry import RetryPolicy
 from floodway.maintenance.loop import Maintenance
 from floodway.providers.registry import aclose_kinds
 from floodway.serving import serve_app
+from floodway.store.base import TaskQuery
 from floodway.testing import FakeClock
 
 HOUR = 3600.0
@@ -46,13 +47,15 @@ class Rig(Generic[Sim]):
         await asyncio.sleep(0.02)  # a real pause: for the HTTP and the ledger's threads
 
     async def queued(self, n: int) -> None:
-        """Until ``n`` lines wait in the ledger (the worker parks each task on its line)."""
+        """Until ``n`` lines wait in the ledger and each of their tasks is parked on its line:
+        a handler between the two would time out at the first step of the clock."""
         for _ in range(6000):  # a minute at most, on a loaded machine
             pools = await self.fw.runtime.tier_records.pools()
-            if sum(p.lines for p in pools) >= n:
+            running = await self.fw.list_tasks(TaskQuery(status=Status.RUNNING, limit=1000))
+            if sum(p.lines for p in pools) >= n and all(t.parked for t in running):
                 return
             await asyncio.sleep(0.01)
-        raise AssertionError(f"{n} lines never queued: {pools}")
+        raise AssertionError(f"{n} lines never queued and parked: {pools}")
 
     async def run_until_done(self, tasks: list[Task], step_s: float, steps: int) -> list[Task]:
         """Move the shared clock in steps until every task ended."""
