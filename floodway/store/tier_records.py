@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from floodway.core.states import TERMINAL
 from floodway.core.task import new_id
 from floodway.core.tiers import BATCH_ENDED, CREATING, SENT, BatchLine, LineResult
 from floodway.store.access import LedgerAccess
@@ -24,6 +25,7 @@ from floodway.store.rules import work_needed_sooner
 from floodway.store.steps import Row, Rule, all_rows, count, one
 
 ENDED = BATCH_ENDED
+_TERMINAL = sorted(status.value for status in TERMINAL)
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,9 @@ class LedgerTierRecords(LedgerAccess):
                 "insert_upstream_batch", id=batch_id, kind=kind, model=model, state=CREATING,
                 now=now,
             )  # fmt: skip
+            yield from count(
+                "drop_ended_lines", kind=kind, model=model, queued="queued", ended=_TERMINAL
+            )
             packed = yield from count(
                 "pack_lines", sent="sent", queued="queued", batch_id=batch_id, kind=kind,
                 model=model, limit=limit, now=now,

@@ -225,3 +225,39 @@ async def test_the_batch_queue_limit_holds_and_the_rest_is_sent_as_room_frees(
     assert ledger["batch"]["most_enqueued"] == 100
     assert ledger["batch"]["lines"] == 250 and ledger["batch"]["double_charged"] == []
     assert ledger["total"] == 0
+
+
+async def test_a_task_that_ends_between_queuing_its_line_and_parking_never_has_it_sent(
+    ledger_url: str, clock: FakeClock
+) -> None:
+    """The handler queued the line, then timed out before it parked on it (here: the ledger's
+    answer held past the kind's 60 s timeout). Nobody would take that line's answer or record
+    its bill: the batcher drops it unsent. A manual retry queues it again, billed once."""
+    async with rig(ledger_url, clock, hold_s=HOUR, batch_max_age="1m") as r:
+        records = r.fw.runtime.tier_records
+        add_line, written, answer = records.add_line, asyncio.Event(), asyncio.Event()
+
+        async def stalled(*args: Any, **kwargs: Any) -> Any:
+            line = await add_line(*args, **kwargs)
+            written.set()
+            await answer.wait()
+            return line
+
+        records.add_line = stalled  # type: ignore[method-assign]
+        [task] = await r.fw.submit_many("chat", chats(1), deadline_s=12 * HOUR)
+        await asyncio.wait_for(written.wait(), 30)
+        await r.step(61)  # past the handler's timeout
+        await r.run_until_done([task], step_s=1, steps=10)
+        assert (await r.fw.get(task.id)).status is Status.TIMEOUT
+        answer.set()
+        records.add_line = add_line  # type: ignore[method-assign]
+        for _ in range(3):
+            await r.step(60)  # the batcher's rounds
+        assert await records.get_line(task.id) is None and await records.open_batches() == []
+        assert (await r.ledger())["batch"]["lines"] == 0
+        await r.fw.retry(task.id)
+        await r.queued(1)
+        [done] = await r.run_until_done([task], step_s=300, steps=100)
+        ledger = await r.ledger()
+    assert (done.status, done.tier) == (Status.SUCCEEDED, "batch")
+    assert ledger["batch"]["lines"] == 1 and ledger["batch"]["double_charged"] == []
