@@ -24,9 +24,34 @@ from typing import Any
 from floodway.app import Floodway
 from floodway.context import Context
 from floodway.core.errors import FatalError, InvalidOutput, RetryableError
+from floodway.store.postgres import PostgresStore
+from floodway.store.postgres.sql import Q
 from floodway.store.sqlite import SqliteStore
 
 __all__ = ["FakeClock", "SimulatedProvider", "settle", "sever"]
+
+
+async def _sever_postgres(store: PostgresStore, timeout_s: float = 5.0) -> None:
+    """The server frees the session's lock and keeps the process's row (a clean close also
+    deletes the row, which peers read as "never judged", not as dead). Returns once a peer
+    finds the process dead, a moment after the session closed, as after a SIGKILL."""
+    feed, pool = store._feed, store._pool
+    if feed is None or pool is None:
+        return
+    probe = await store._connect()
+    try:
+        store._feed, store._pool = None, None  # every later read and write is refused
+        await pool.close()
+        await feed.stop(forget=False)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        while loop.time() < end:
+            found = await probe.execute(Q["dead_processes"], {"identities": [store.identity]})
+            if await found.fetchall():
+                return
+            await asyncio.sleep(0.001)
+    finally:
+        await probe.close()
 
 
 class FakeClock:
@@ -154,4 +179,6 @@ async def sever(fw: Floodway) -> None:
         # which peers read as "never judged", not as dead.
         os.close(store._liveness)
         store._liveness = None
+    if isinstance(store, PostgresStore):
+        await _sever_postgres(store)
     await store.close()

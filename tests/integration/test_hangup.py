@@ -521,3 +521,22 @@ async def test_a_job_longer_than_one_hold_keeps_its_slot_after_a_restart(
         done = await second.get(queued.id)
     assert provider.violations == [] and provider.peak == 1
     assert done.status is Status.SUCCEEDED and sum(provider.charges.values()) == 2
+
+
+async def test_a_severed_process_is_found_dead_at_once_by_a_peer(database: str) -> None:
+    """``sever`` stands for SIGKILL in these tests: a peer started right after it finds the
+    process dead (its liveness lock free, its registration left), so it reconciles the
+    process's calls at once instead of waiting for their leases to expire."""
+    severed = Floodway(settings=settings(database))
+    peer = Floodway(settings=settings(database))
+    try:
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(severed.worker(concurrency=1, grace_s=0))
+            identity = severed.store.identity
+            await peer.open()
+            assert await peer.store.dead([identity]) == set()
+            await sever(severed)
+            assert await peer.store.dead([identity]) == {identity}
+    finally:
+        await peer.close()
+        await severed.close()

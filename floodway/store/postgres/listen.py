@@ -45,10 +45,13 @@ class ChangeFeed:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="floodway-pg-listen")
 
-    async def stop(self) -> None:
+    async def stop(self, *, forget: bool = True) -> None:
+        """Stop listening and close the session, which frees the liveness lock. A clean exit
+        also deletes the process's row (nothing to judge); ``forget=False`` leaves it, as a
+        killed process does, for peers to find dead."""
         task, self._task = self._task, None
         await stop_task(task)
-        if self._conn is not None:  # a clean exit: nothing to judge (closing frees the lock)
+        if forget and self._conn is not None:
             with contextlib.suppress(psycopg.Error):
                 await self._conn.execute(Q["forget_process"], {"identity": self._identity})
         await self._drop()
