@@ -50,6 +50,7 @@ async def _sever_postgres(store: PostgresStore, timeout_s: float = 5.0) -> None:
             if await found.fetchall():
                 return
             await asyncio.sleep(0.001)
+        raise RuntimeError(f"the server kept {store.identity}'s session alive {timeout_s:g} s")
     finally:
         await probe.close()
 

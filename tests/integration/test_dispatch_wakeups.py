@@ -16,6 +16,7 @@ from floodway.config import ResourceConfig
 from floodway.core.outcome import Applied, Completion
 from floodway.store.base import ClaimParams, ReadyQuery
 from floodway.testing import FakeClock, settle
+from floodway.worker.worker import WorkerOptions
 
 
 async def test_one_claim_per_task_submitted_to_an_idle_worker(
@@ -130,7 +131,7 @@ async def test_a_pass_lists_the_kinds_whose_resource_has_room_and_every_kind_onc
                 assert (await fw.wait(task.id, timeout=30)).status is Status.SUCCEEDED
             assert listed and set(listed) == {("echo",)}, listed
             listed.clear()
-            await clock.advance(1.0)  # the idle period
+            await clock.advance(WorkerOptions.idle_poll_s)
             await settle()
             assert ("echo", "render") in listed, listed
             gpu_free.set()

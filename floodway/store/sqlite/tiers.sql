@@ -33,10 +33,12 @@ VALUES (:id, :kind, :model, :state, :now);
 -- A queued line whose task has ended (a cancel, a deadline or a timeout between the line's
 -- queuing and the task's park on it) is never sent: nobody would take its answer or record
 -- what it billed. Deleted, not withdrawn: a manual retry of the task queues it again.
+-- Each queued line's task looked up by id, not a list of every task that ever ended.
 -- name: drop_ended_lines
 DELETE FROM upstream_lines
 WHERE kind = :kind AND model = :model AND state = :queued
-  AND task_id IN (SELECT id FROM tasks WHERE status IN (SELECT value FROM json_each(:ended)));
+  AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = upstream_lines.task_id
+              AND t.status IN (SELECT value FROM json_each(:ended)));
 
 -- The outer state test: a line withdrawn meanwhile (PostgreSQL re-reads a row it waited
 -- for) stays withdrawn, never sent.
