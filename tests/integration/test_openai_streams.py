@@ -13,6 +13,7 @@ import httpx
 import openai
 import pytest
 
+from floodway import Task
 from floodway.config import ResourceConfig
 from floodway.providers.sim import SimulatorConfig
 from floodway.store.base import SpendQuery, TaskQuery
@@ -32,6 +33,19 @@ def started(front: SimFront) -> Callable[[], Awaitable[bool]]:
         return front.sim.core.stats.in_flight > 0
 
     return calling
+
+
+async def settled(front: SimFront, n: int) -> list[Task]:
+    """The tenant's ``n`` tasks once each one's outcome is written: a stream ends at its last
+    event (a usage chunk, an error), its task's outcome and spend land just after."""
+    fw = front.server.fw
+
+    async def written() -> bool:
+        tasks = await fw.list_tasks(TaskQuery(tenant="tenant-a", limit=100))
+        return len(tasks) == n and all(t.terminal for t in tasks)
+
+    await until(written, 10, f"the outcomes of {n} streamed tasks written")
+    return await fw.list_tasks(TaskQuery(tenant="tenant-a", limit=100))
 
 
 def _text(chunks: list[Any]) -> str:
@@ -55,7 +69,7 @@ async def test_a_stream_comes_as_openai_sends_it_and_is_billed_from_its_usage(
     ]
     assert counted[-1].choices == [] and counted[-1].usage is not None
     assert counted[-1].usage.total_tokens == 14
-    tasks = await front.server.fw.list_tasks(TaskQuery(tenant="tenant-a"))
+    tasks = await settled(front, 2)
     assert [t.cost_actual for t in tasks] == [14.0, 14.0]  # settled from the usage chunk
     assert front.sim.core.ledger.total == 2 and front.sim.core.ledger.total_tokens == 28
 
@@ -103,7 +117,7 @@ async def test_after_the_first_event_a_broken_stream_ends_with_an_error_event(
             received.append(chunk)
     assert received and _text(received) != WHOLE  # the part that came, then the error
     assert "stream broke" in broken.value.message
-    (task,) = await front.server.fw.list_tasks(TaskQuery(tenant="tenant-a"))
+    (task,) = await settled(front, 1)
     assert task.status.value == "failed" and task.attempts == 1  # not run again
 
 
@@ -190,14 +204,8 @@ async def test_fifty_streams_on_a_resource_capped_at_5_through_a_429_storm(
     prompt = sum(u.prompt_tokens for _, u in done)
     completion = sum(u.completion_tokens for _, u in done)
     assert prompt + completion == front.sim.core.ledger.total_tokens
-    fw = front.server.fw
-
-    async def all_settled() -> bool:  # a stream ends at its last event, its spend just after
-        tasks = await fw.list_tasks(TaskQuery(tenant="tenant-a", limit=100))
-        return len(tasks) == 50 and all(t.terminal for t in tasks)
-
-    await until(all_settled, 10, "every streamed task's outcome written")
-    report = await fw.store.spend(SpendQuery(since=0))
+    await settled(front, 50)
+    report = await front.server.fw.store.spend(SpendQuery(since=0))
     (line,) = report.lines
     assert (line.input_tokens, line.output_tokens, line.calls) == (prompt, completion, 50)
     assert line.cost == pytest.approx((prompt * 1.0 + completion * 2.0) / 1e6)
