@@ -38,7 +38,10 @@ export class TaskList {
     this.onAuth = onAuth;
     this.cursors = [null]; // the cursor of each page shown so far; the last is this page's
     this.next = null;
-    this.busy = false;
+    // Each look asked for takes a ticket; only the newest one's answer is shown, so a click
+    // made while another look is out is never dropped, nor undone by the older answer.
+    this.ticket = 0;
+    this.answered = 0;
     for (const status of STATUSES) $("tasks-status").appendChild(h("option", { text: status, attrs: { value: status } }));
     $("tasks-form").addEventListener("submit", (event) => {
       event.preventDefault();
@@ -85,25 +88,29 @@ export class TaskList {
 
   /** Page `index` (0: the first); the page after the last shown one takes its `next`. */
   async page(index) {
-    if (index < 0 || this.busy) return;
+    if (index < 0) return;
     const after = index < this.cursors.length ? this.cursors[index] : this.next;
     if (index >= this.cursors.length && !after) return;
-    this.busy = true;
+    const ticket = ++this.ticket;
     try {
       const page = await getJson("v1/tasks", { params: { ...this.filters(), after } });
+      if (ticket !== this.ticket) return;
       this.cursors = [...this.cursors.slice(0, index), after];
       this.next = page.next;
       this.render(page.items);
     } catch (error) {
+      if (ticket !== this.ticket) return;
       if (error.status === 401) this.onAuth(error);
       message("tasks-message", `Could not list the tasks: ${problemText(error)}`, "error");
     } finally {
-      this.busy = false;
+      this.answered = Math.max(this.answered, ticket);
     }
   }
 
-  /** The page on show, read again (after an action, or on the poll). */
+  /** The page on show, read again (after an action, or on the poll); not while a look the
+   *  user asked for is out: its answer is newer. */
   refresh() {
+    if (this.answered < this.ticket) return Promise.resolve();
     return this.page(this.cursors.length - 1);
   }
 
