@@ -119,9 +119,10 @@ class StreamReader:
             self._unwatch()
 
     async def upstream_request_id(self) -> str | None:
-        """The provider's id of its answer to the call these events come from (known from its
-        first events on): the task's own, or the one of the work it joined."""
-        if self.task.upstream_request_id or self.source == self.task.id:
+        """The provider's id of its answer to the call these events come from (written with
+        its first events): the task's own, or the one of the work it joined. The task is read
+        before its events, so a snapshot without the id is read again once events came."""
+        if self.task.upstream_request_id or (self.source == self.task.id and not self.sent):
             return self.task.upstream_request_id
         with contextlib.suppress(TaskNotFound):
             return (await self.state.fw.get(self.source)).upstream_request_id
