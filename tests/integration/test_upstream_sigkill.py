@@ -77,7 +77,7 @@ async def test_sigkill_with_jobs_in_flight_resumes_them_and_bills_once(
     ("recorded", "job_ms", "path"),
     [
         (True, 300, "resumed"),
-        (False, 3000, "replayed"),  # still running when swept: resubmitted, the key replays it
+        (False, 5000, "replayed"),  # still running when swept: resubmitted, the key replays it
         (False, 100, "looked-up"),  # finished when swept: the lookup by key takes its result
     ],
 )
