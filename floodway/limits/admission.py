@@ -38,7 +38,10 @@ from floodway.limits import order
 from floodway.limits.backend import (
     RECOVERING,
     SENT,
+    SENT_SLOW,
+    SLOW,
     THROTTLED,
+    THROTTLED_SLOW,
     AcquireRequest,
     AcquireResult,
     Bucket,
@@ -800,6 +803,12 @@ class LimitsAdmission:
             if limit is None and (achieved is None or achieved * t.meter_tau_s < t.least_sample):
                 continue  # too few answers to measure a rate: the pause alone, this time
             to = t.decrease * min(current, math.inf if achieved is None else achieved)
+            last_cut = limits.estimates.get(f"{dimension}:b")
+            if achieved is not None and last_cut is not None and current > last_cut:
+                # A probe above the last cut ended: the provider's burst hid its overshoot
+                # until spent, and inflates the last second's rate; the slow window's is what
+                # it sustained, and the last cut held.
+                to = min(to, max(last_cut, t.decrease * self._achieved(limits, slow=True)))
             if math.isfinite(current):  # a round of 429s accepts little: not a reason to crash
                 to = max(to, t.deepest_cut * current)
             ceiling = None if limit is None else limit.ceiling
@@ -835,11 +844,12 @@ class LimitsAdmission:
             return max(t.deepest_cut, t.in_flight_decrease) * in_flight
         return in_flight - 1
 
-    def _achieved(self, limits: _Limits) -> float:
-        """Requests per second the provider accepted lately (sent less refused)."""
-        sent = limits.estimates.get(SENT, 0.0)
-        refused = limits.estimates.get(THROTTLED, 0.0)
-        return max(0.0, sent - refused) / self._tuning.meter_tau_s
+    def _achieved(self, limits: _Limits, *, slow: bool = False) -> float:
+        """Requests per second the provider accepted lately (sent less refused), over the
+        meter's short window or its slow one."""
+        sent = limits.estimates.get(SENT_SLOW if slow else SENT, 0.0)
+        refused = limits.estimates.get(THROTTLED_SLOW if slow else THROTTLED, 0.0)
+        return max(0.0, sent - refused) / (self._tuning.meter_tau_s * (SLOW if slow else 1.0))
 
     async def _probe(self, plan: ResourcePlan, now: float) -> None:
         """No 429: raise each learned limit that held work back lately, one step (AIMD)."""

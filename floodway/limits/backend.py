@@ -93,9 +93,16 @@ class Meter:
 
 #: the meter's fields: requests sent (counted by a granted acquire) and 429s (by :meth:`tick`)
 SENT = "sent"
+THROTTLED = "throttled"
+#: the same counts over a window SLOW times as long (time constant ``SLOW * tau_s``): the rate
+#: a provider sustains, where a burst it allowed inflates the short window's
+SLOW = 4.0
+SENT_SLOW = "sent:slow"
+THROTTLED_SLOW = "throttled:slow"
+#: the meter's fields, each with its time constant as a multiple of ``tau_s``
+METER_FIELDS = ((SENT, 1.0), (THROTTLED, 1.0), (SENT_SLOW, SLOW), (THROTTLED_SLOW, SLOW))
 #: a probe's step doubles with each grow since the last cut, at most this many times
 MAX_DOUBLINGS = 16
-THROTTLED = "throttled"
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from floodway.clock import Clock
 from floodway.limits.backend import (
     MAX_DOUBLINGS,
+    METER_FIELDS,
     SENT,
+    SENT_SLOW,
     THROTTLED,
+    THROTTLED_SLOW,
     AcquireRequest,
     AcquireResult,
     Bucket,
@@ -201,6 +204,7 @@ class LocalLimiterBackend:
         fields = self._estimates.setdefault(meter.key, {})
         fields.update(_decayed(fields, meter, now))
         fields[field] += 1.0
+        fields[SLOW_OF[field]] += 1.0
         fields["meter:t"] = now
 
     # -- gates ------------------------------------------------------------------------------
@@ -253,10 +257,16 @@ class LocalLimiterBackend:
 
 
 def _decayed(fields: dict[str, float], meter: Meter, now: float) -> dict[str, float]:
-    """The meter's counts as of ``now``: each decays by e^(-elapsed / tau)."""
+    """The meter's counts as of ``now``: each decays by e^(-elapsed / its tau)."""
     elapsed = max(0.0, now - fields.get("meter:t", now))
-    keep = math.exp(-elapsed / meter.tau_s)
-    return {f: fields.get(f, 0.0) * keep for f in (SENT, THROTTLED)}
+    return {
+        f: fields.get(f, 0.0) * math.exp(-elapsed / (share * meter.tau_s))
+        for f, share in METER_FIELDS
+    }
+
+
+#: the slow window's field beside each counted one
+SLOW_OF = {SENT: SENT_SLOW, THROTTLED: THROTTLED_SLOW}
 
 
 def _bucket_wait(bucket: Bucket, level: float, cost: float) -> float | None:

@@ -9,8 +9,8 @@ Conventions shared by every script:
 * a bucket is a HASH ``{l: level, t: ms}`` that expires once it would be full again (a missing
   bucket reads as full, so expiry loses nothing); slots are a ZSET ``slot id -> expiry ms``
   purged on touch; a gate is a plain key whose PTTL is the pause; a resource's estimates are a
-  HASH of named numbers (``<field>:t`` in ms), its meter two of them (``sent``, ``throttled``)
-  that decay by e^(-elapsed / tau) from ``meter:t``;
+  HASH of named numbers (``<field>:t`` in ms), its meter four of them (``sent``, ``throttled``,
+  and their slow window's) that decay by e^(-elapsed / tau) from ``meter:t``;
 * the state's generation (epoch) is a plain key, the server's time (ms, to the µs) when the
   state was created, never expiring: when Redis restarts without persistence it is gone, and
   the next script to look creates a new one. A caller that knew an older generation learns
@@ -20,9 +20,11 @@ Conventions shared by every script:
 
 from __future__ import annotations
 
-from floodway.limits.backend import MAX_DOUBLINGS
+from floodway.limits.backend import MAX_DOUBLINGS, SLOW
 
-_PRELUDE = """
+_PRELUDE = (
+    f"\nlocal SLOW = {SLOW!r}\n"
+    + """
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
@@ -61,19 +63,27 @@ local function generation(ekey, gkey, known, recovery_ms, now)
   return e
 end
 
--- The meter's counts decayed to now (not written).
+-- The meter's counts decayed to now (not written): {sent, throttled, the slow window's two}.
+local METER = {'sent', 'throttled', 'sent:slow', 'throttled:slow'}
 local function decayed(key, tau, now)
-  local v = redis.call('HMGET', key, 'sent', 'throttled', 'meter:t')
-  local sent, thr, t = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or now
-  local keep = 1
-  if now > t then keep = math.exp(-(now - t) / tau) end
-  return sent * keep, thr * keep
+  local v = redis.call('HMGET', key, METER[1], METER[2], METER[3], METER[4], 'meter:t')
+  local t = tonumber(v[5]) or now
+  local keep, slow = 1, 1
+  if now > t then
+    keep = math.exp(-(now - t) / tau)
+    slow = math.exp(-(now - t) / (SLOW * tau))
+  end
+  return {(tonumber(v[1]) or 0) * keep, (tonumber(v[2]) or 0) * keep,
+          (tonumber(v[3]) or 0) * slow, (tonumber(v[4]) or 0) * slow}
 end
 
 local function count(key, field, tau, now)
-  local sent, thr = decayed(key, tau, now)
-  if field == 'sent' then sent = sent + 1 else thr = thr + 1 end
-  redis.call('HSET', key, 'sent', fmt(sent), 'throttled', fmt(thr), 'meter:t', fmt(now))
+  local c = decayed(key, tau, now)
+  local i = 1
+  if field ~= 'sent' then i = 2 end
+  c[i], c[i + 2] = c[i] + 1, c[i + 2] + 1
+  redis.call('HSET', key, METER[1], fmt(c[1]), METER[2], fmt(c[2]), METER[3], fmt(c[3]),
+    METER[4], fmt(c[4]), 'meter:t', fmt(now))
   redis.call('PEXPIRE', key, 86400000)
 end
 
@@ -86,6 +96,7 @@ local function store(key, level, cap, rate, now)
   redis.call('PEXPIRE', key, ttl)
 end
 """
+)
 
 # KEYS: epoch, then gates.. (the recovery gate first), slot sets.., buckets.., [meter]
 # ARGV: known epoch (0 = none), recovery_ms, n_gates, n_slots, n_buckets, meter tau_ms (0 = no
@@ -264,10 +275,11 @@ ESTIMATES = (
 local flat = redis.call('HGETALL', KEYS[1])
 local tau = tonumber(ARGV[1])
 if tau > 0 then
-  local sent, thr = decayed(KEYS[1], tau, now_ms())
+  local c = decayed(KEYS[1], tau, now_ms())
   for i = 1, #flat, 2 do
-    if flat[i] == 'sent' then flat[i + 1] = fmt(sent) end
-    if flat[i] == 'throttled' then flat[i + 1] = fmt(thr) end
+    for j = 1, #METER do
+      if flat[i] == METER[j] then flat[i + 1] = fmt(c[j]) end
+    end
   end
 end
 return flat

@@ -23,7 +23,10 @@ from floodway.limits.admission import AdmissionTuning, LimitsAdmission
 from floodway.limits.backend import (
     RECOVERING,
     SENT,
+    SENT_SLOW,
+    SLOW,
     THROTTLED,
+    THROTTLED_SLOW,
     AcquireRequest,
     Bucket,
     Debit,
@@ -321,10 +324,15 @@ async def test_the_meter_counts_grants_and_refusals_and_forgets(harness: Harness
     fields = await be.estimates("m", meter)
     assert fields[SENT] == pytest.approx(2.0, abs=0.1)
     assert fields[THROTTLED] == pytest.approx(1.0, abs=0.05)
+    assert fields[SENT_SLOW] == pytest.approx(2.0, abs=0.1)
+    assert fields[THROTTLED_SLOW] == pytest.approx(1.0, abs=0.05)
     assert fields["published:requests"] == 10.0
     await harness.advance(0.5)
     decayed = await be.estimates("m", meter)
     assert decayed[SENT] == pytest.approx(2.0 * math.exp(-1), rel=0.25)  # e^-1 per tau
+    # The slow window: e^-1 per SLOW taus.
+    assert decayed[SENT_SLOW] == pytest.approx(2.0 * math.exp(-1 / SLOW), rel=0.1)
+    assert decayed[THROTTLED_SLOW] == pytest.approx(math.exp(-1 / SLOW), rel=0.1)
     refused = await be.acquire(AcquireRequest(slots=(slot("s", "a", 5),), meter=meter))
     assert not refused.granted and refused.in_use == ()
     assert (await be.estimates("m", meter))[SENT] == pytest.approx(decayed[SENT], rel=0.1)

@@ -148,3 +148,27 @@ async def test_slow_start_never_cuts_below_half_the_true_cap() -> None:
     await run.drive(12.0, "concurrency", waiting=40)
     assert run.provider.refused > 0  # slow start did overshoot
     assert run.least_after_refusal >= 5
+
+
+async def test_a_probe_at_a_steady_limit_costs_one_refusal_behind_the_providers_burst() -> None:
+    """The provider's bucket lets a probe's overshoot through until it is spent, and the
+    accepted rate of the last second with it: the cut that ends the probe goes back to the
+    last cut (which held), not above the true rate for a second refusal."""
+    refusals: list[float] = []
+    provider = Provider(rate_per_s=lambda t: 10.0)
+    arrive = provider.arrive
+
+    def logged(t: float) -> tuple[bool, float | None, str]:
+        answer = arrive(t)
+        if not answer[0]:
+            refusals.append(t)
+        return answer
+
+    provider.arrive = logged  # type: ignore[method-assign]
+    run = Run(rig(ResourceConfig(adaptive=True)), provider, step_s=0.02)
+    await run.drive(60.0, "requests", waiting=30)
+    later = [t for t in refusals if t > 1.0]  # past slow start's burst
+    probes = [t for i, t in enumerate(later) if i == 0 or t - later[i - 1] > 3.0]
+    assert probes, "no probe was refused: the estimate never reached the limit"
+    assert len(later) <= len(probes) + 1, refusals
+    assert run.provider.refused < 0.02 * run.provider.requests
