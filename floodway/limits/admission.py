@@ -803,14 +803,14 @@ class LimitsAdmission:
             if limit is None and (achieved is None or achieved * t.meter_tau_s < t.least_sample):
                 continue  # too few answers to measure a rate: the pause alone, this time
             to = t.decrease * min(current, math.inf if achieved is None else achieved)
+            if math.isfinite(current):  # a round of 429s accepts little: not a reason to crash
+                to = max(to, t.deepest_cut * current)
             last_cut = limits.estimates.get(f"{dimension}:b")
             if achieved is not None and last_cut is not None and current > last_cut:
                 # A probe above the last cut ended: the provider's burst hid its overshoot
-                # until spent, and inflates the last second's rate; the slow window's is what
-                # it sustained, and the last cut held.
+                # until spent, and inflates the last second's rate (and half a doubled
+                # estimate); the slow window's is what it sustained, and the last cut held.
                 to = min(to, max(last_cut, t.decrease * self._achieved(limits, slow=True)))
-            if math.isfinite(current):  # a round of 429s accepts little: not a reason to crash
-                to = max(to, t.deepest_cut * current)
             ceiling = None if limit is None else limit.ceiling
             floor = t.min_rate_per_s
             if ceiling is not None and math.isfinite(ceiling):

@@ -101,6 +101,8 @@ SENT_SLOW = "sent:slow"
 THROTTLED_SLOW = "throttled:slow"
 #: the meter's fields, each with its time constant as a multiple of ``tau_s``
 METER_FIELDS = ((SENT, 1.0), (THROTTLED, 1.0), (SENT_SLOW, SLOW), (THROTTLED_SLOW, SLOW))
+#: the slow window's field beside each counted one
+SLOW_OF = {SENT: SENT_SLOW, THROTTLED: THROTTLED_SLOW}
 #: a probe's step doubles with each grow since the last cut, at most this many times
 MAX_DOUBLINGS = 16
 

@@ -15,9 +15,7 @@ from floodway.limits.backend import (
     MAX_DOUBLINGS,
     METER_FIELDS,
     SENT,
-    SENT_SLOW,
-    THROTTLED,
-    THROTTLED_SLOW,
+    SLOW_OF,
     AcquireRequest,
     AcquireResult,
     Bucket,
@@ -263,10 +261,6 @@ def _decayed(fields: dict[str, float], meter: Meter, now: float) -> dict[str, fl
         f: fields.get(f, 0.0) * math.exp(-elapsed / (share * meter.tau_s))
         for f, share in METER_FIELDS
     }
-
-
-#: the slow window's field beside each counted one
-SLOW_OF = {SENT: SENT_SLOW, THROTTLED: THROTTLED_SLOW}
 
 
 def _bucket_wait(bucket: Bucket, level: float, cost: float) -> float | None:

@@ -20,10 +20,22 @@ Conventions shared by every script:
 
 from __future__ import annotations
 
-from floodway.limits.backend import MAX_DOUBLINGS, SLOW
+from floodway.limits.backend import MAX_DOUBLINGS, METER_FIELDS, SLOW_OF
+
+
+def _lua(value: object) -> str:
+    """A Lua literal of a str, a number, or a tuple or dict of them."""
+    if isinstance(value, tuple):
+        return "{" + ", ".join(_lua(v) for v in value) + "}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"[{_lua(k)}] = {_lua(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
 
 _PRELUDE = (
-    f"\nlocal SLOW = {SLOW!r}\n"
+    # The meter's fields with their time constants (in taus), and each one's slow window.
+    f"\nlocal METER = {_lua(METER_FIELDS)}\n"
+    f"local SLOW_OF = {_lua(SLOW_OF)}\n"
     + """
 local function now_ms()
   local t = redis.call('TIME')
@@ -63,27 +75,31 @@ local function generation(ekey, gkey, known, recovery_ms, now)
   return e
 end
 
--- The meter's counts decayed to now (not written): {sent, throttled, the slow window's two}.
-local METER = {'sent', 'throttled', 'sent:slow', 'throttled:slow'}
+-- The meter's counts decayed to now (not written), by field.
 local function decayed(key, tau, now)
-  local v = redis.call('HMGET', key, METER[1], METER[2], METER[3], METER[4], 'meter:t')
-  local t = tonumber(v[5]) or now
-  local keep, slow = 1, 1
-  if now > t then
-    keep = math.exp(-(now - t) / tau)
-    slow = math.exp(-(now - t) / (SLOW * tau))
+  local names = {}
+  for i, field in ipairs(METER) do names[i] = field[1] end
+  local v = redis.call('HMGET', key, 'meter:t', unpack(names))
+  local t = tonumber(v[1]) or now
+  local counts = {}
+  for i, field in ipairs(METER) do
+    local keep = 1
+    if now > t then keep = math.exp(-(now - t) / (field[2] * tau)) end
+    counts[field[1]] = (tonumber(v[i + 1]) or 0) * keep
   end
-  return {(tonumber(v[1]) or 0) * keep, (tonumber(v[2]) or 0) * keep,
-          (tonumber(v[3]) or 0) * slow, (tonumber(v[4]) or 0) * slow}
+  return counts
 end
 
 local function count(key, field, tau, now)
-  local c = decayed(key, tau, now)
-  local i = 1
-  if field ~= 'sent' then i = 2 end
-  c[i], c[i + 2] = c[i] + 1, c[i + 2] + 1
-  redis.call('HSET', key, METER[1], fmt(c[1]), METER[2], fmt(c[2]), METER[3], fmt(c[3]),
-    METER[4], fmt(c[4]), 'meter:t', fmt(now))
+  local counts = decayed(key, tau, now)
+  counts[field] = counts[field] + 1
+  counts[SLOW_OF[field]] = counts[SLOW_OF[field]] + 1
+  local args = {'meter:t', fmt(now)}
+  for name, n in pairs(counts) do
+    args[#args + 1] = name
+    args[#args + 1] = fmt(n)
+  end
+  redis.call('HSET', key, unpack(args))
   redis.call('PEXPIRE', key, 86400000)
 end
 
@@ -275,11 +291,9 @@ ESTIMATES = (
 local flat = redis.call('HGETALL', KEYS[1])
 local tau = tonumber(ARGV[1])
 if tau > 0 then
-  local c = decayed(KEYS[1], tau, now_ms())
+  local counts = decayed(KEYS[1], tau, now_ms())
   for i = 1, #flat, 2 do
-    for j = 1, #METER do
-      if flat[i] == METER[j] then flat[i + 1] = fmt(c[j]) end
-    end
+    if counts[flat[i]] ~= nil then flat[i + 1] = fmt(counts[flat[i]]) end
   end
 end
 return flat

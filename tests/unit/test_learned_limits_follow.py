@@ -35,6 +35,7 @@ class Provider:
     in_flight: int = 0
     requests: int = 0
     refused: int = 0
+    refused_rates_at: list[float] = field(default_factory=list)  # seconds into the run
 
     def refill(self, t: float, dt: float) -> None:
         if self.rate_per_s is not None:
@@ -55,6 +56,7 @@ class Provider:
         if self.rate_per_s is not None:
             if self.level < 1.0:
                 self.refused += 1
+                self.refused_rates_at.append(t)
                 return False, (1.0 - self.level) / self.rate_per_s(t), "rate_limited"
             self.level -= 1.0
         self.in_flight += 1
@@ -154,19 +156,10 @@ async def test_a_probe_at_a_steady_limit_costs_one_refusal_behind_the_providers_
     """The provider's bucket lets a probe's overshoot through until it is spent, and the
     accepted rate of the last second with it: the cut that ends the probe goes back to the
     last cut (which held), not above the true rate for a second refusal."""
-    refusals: list[float] = []
     provider = Provider(rate_per_s=lambda t: 10.0)
-    arrive = provider.arrive
-
-    def logged(t: float) -> tuple[bool, float | None, str]:
-        answer = arrive(t)
-        if not answer[0]:
-            refusals.append(t)
-        return answer
-
-    provider.arrive = logged  # type: ignore[method-assign]
     run = Run(rig(ResourceConfig(adaptive=True)), provider, step_s=0.02)
     await run.drive(60.0, "requests", waiting=30)
+    refusals = provider.refused_rates_at
     later = [t for t in refusals if t > 1.0]  # past slow start's burst
     probes = [t for i, t in enumerate(later) if i == 0 or t - later[i - 1] > 3.0]
     assert probes, "no probe was refused: the estimate never reached the limit"
