@@ -1,18 +1,26 @@
 """SQLite picks its indexes without statistics (no ANALYZE): the statements that look tasks up
 by id, by the work they wait on or by deadline must not walk the status index, which lists
 every queued task. One such walk per completion made a drain quadratic in the queue's size.
-And commits do not copy the WAL back into the database inline: a checkpointer does."""
+Commits do not copy the WAL back into the database inline: a checkpointer does. And a view's
+scan (a count over every task) does not hold up the reads that work waits on."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
+import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from floodway import Floodway
-from floodway.store.sqlite.store import Q, SqliteStore
+from floodway.store.base import ReadyQuery
+from floodway.store.sqlite import store as sqlite_store
+from floodway.store.sqlite.store import SCANS, Q, SqliteStore
+from floodway.store.steps import Query
 
 #: each statement and the index it must search
 BY_INDEX = {
@@ -67,3 +75,40 @@ async def test_commits_leave_the_wal_to_the_checkpointer(tmp_path: Path) -> None
             assert conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 2000
         finally:
             conn.close()
+
+
+async def test_a_scan_does_not_hold_up_a_look_at_a_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the count of every task (what the API samples every few seconds) is held in
+    SQLite, a waiter's read of its task and a dispatcher's listing still answer."""
+    held, release = threading.Event(), threading.Event()
+    read_one = sqlite_store._read_one
+
+    def slow_scans(conn: sqlite3.Connection, queries: Sequence[Query]) -> list[Any]:
+        if any(q.name == "stats" for q in queries):
+            held.set()
+            release.wait(30)
+        return read_one(conn, queries)
+
+    assert set(Q) >= SCANS  # each a statement of the backend's
+    monkeypatch.setattr(sqlite_store, "_read_one", slow_scans)
+    fw = Floodway(database=f"sqlite:///{tmp_path / 'scan.db'}")
+
+    @fw.kind("k")
+    async def handler(ctx: object, value: dict[str, int]) -> None:
+        return None
+
+    async with fw:
+        task = await fw.submit("k", {"n": 1})
+        counting = asyncio.create_task(fw.stats())
+        await asyncio.to_thread(held.wait, 30)
+        try:
+            seen = await asyncio.wait_for(fw.get(task.id), timeout=10)
+            assert seen.id == task.id
+            listing = fw.runtime.store.ready(ReadyQuery(("k",), fw.clock.now(), 16))
+            assert [c.task_id for c in await asyncio.wait_for(listing, timeout=10)] == [task.id]
+            assert not counting.done()  # the count is still held: the read went beside it
+        finally:
+            release.set()
+        assert (await counting).by_status["queued"] == 1
