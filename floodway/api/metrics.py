@@ -152,7 +152,7 @@ class ApiMetrics:
 
     def observe_window(self, window: Window) -> None:
         for task in self._observed.new_finished(window.tasks):
-            self.finished.labels(task.status.value, task.error.type if task.error else "").inc()
+            self.finished.labels(task.status.value, task.error_type).inc()
             if task.finished_at is not None and task.status.value == "succeeded":
                 self.completion.labels(task.kind).observe(
                     max(0.0, task.finished_at - task.created_at)

@@ -13,9 +13,8 @@ from floodway.api.schemas import CapOut
 from floodway.app import Floodway
 from floodway.config import Settings, parse_rate
 from floodway.core.states import Status
-from floodway.core.task import Task
 from floodway.kinds import KindRegistry
-from floodway.store.base import StoreStats, TaskQuery
+from floodway.store.base import StoreStats, TaskTiming
 
 
 @dataclass(frozen=True)
@@ -28,7 +27,7 @@ class Timing:
 
 @dataclass(frozen=True)
 class Window:
-    tasks: tuple[Task, ...]
+    tasks: tuple[TaskTiming, ...]
 
     def queue_wait(self) -> Timing:
         """Submit to first start, over the tasks that have started."""
@@ -60,14 +59,15 @@ def summarize(values: Iterable[float]) -> Timing:
 
 
 class Recent:
-    """The newest ``size`` tasks of the ledger, or of one tenant."""
+    """The newest ``size`` tasks of the ledger, or of one tenant: their timings only."""
 
     def __init__(self, size: int = 500) -> None:
         self.size = size
 
     async def window(self, fw: Floodway, tenant: str | None = None) -> Window:
-        query = TaskQuery(tenant=tenant, descending=True, limit=self.size)
-        return Window(tuple(reversed(await fw.list_tasks(query))))
+        await fw.open()
+        newest = await fw.runtime.store.recent_timings(tenant, self.size)
+        return Window(tuple(reversed(newest)))
 
 
 class Observed:
@@ -77,7 +77,7 @@ class Observed:
         self.size = size
         self._seen: OrderedDict[str, None] = OrderedDict()
 
-    def new_finished(self, tasks: Sequence[Task]) -> list[Task]:
+    def new_finished(self, tasks: Sequence[TaskTiming]) -> list[TaskTiming]:
         fresh = []
         for task in tasks:
             if not task.terminal or task.finished_at is None:

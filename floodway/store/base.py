@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from floodway.core.jobs import Job, Start
 from floodway.core.outcome import Applied, Completion, Effect, Succeeded
 from floodway.core.spend import Budget, Charge
-from floodway.core.states import Status
+from floodway.core.states import TERMINAL, Status
 from floodway.core.task import Candidate, Lane, NewTask, Submitted, Task
 
 
@@ -101,6 +101,26 @@ class TaskEvent:
 class StoreStats:
     by_status: dict[str, int] = field(default_factory=dict)
     by_kind_status: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TaskTiming:
+    """A task as the recent-timings views read it: no input, result or metadata, which a look
+    at hundreds of tasks every few seconds would parse for nothing."""
+
+    id: str
+    kind: str
+    status: Status
+    #: its error's type ("" when it has none)
+    error_type: str
+    attempts: int
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
 
 
 @dataclass(frozen=True)
@@ -340,6 +360,10 @@ class Store(Protocol):
     async def get(self, task_id: str, tenant: str | None = None) -> Task | None: ...
 
     async def list_tasks(self, query: TaskQuery) -> list[Task]: ...
+
+    async def recent_timings(self, tenant: str | None, limit: int) -> list[TaskTiming]:
+        """The newest ``limit`` tasks (of ``tenant``, or everyone's), newest first."""
+        ...
 
     async def events(self, task_id: str, after_seq: int = 0) -> list[TaskEvent]: ...
 

@@ -44,6 +44,7 @@ from floodway.store.base import (
     TaskChange,
     TaskEvent,
     TaskQuery,
+    TaskTiming,
     WorkerInfo,
     WorkerTask,
 )
@@ -173,6 +174,22 @@ class Ledger(LedgerOpenAIRecords, LedgerJobs, LedgerTierRecords, ABC):
 
     async def list_tasks(self, query: TaskQuery) -> list[Task]:
         return await self._tasks(list_query(query), **list_params(query))
+
+    async def recent_timings(self, tenant: str | None, limit: int) -> list[TaskTiming]:
+        rows = await self._all("recent_timings", tenant=tenant, limit=limit)
+        return [
+            TaskTiming(
+                r["id"],
+                r["kind"],
+                Status(r["status"]),
+                r["error_type"] or "",
+                r["attempts"],
+                r["created_at"],
+                r["started_at"],
+                r["finished_at"],
+            )
+            for r in rows
+        ]
 
     async def events(self, task_id: str, after_seq: int = 0) -> list[TaskEvent]:
         rows = await self._all("list_events", task_id=task_id, after_seq=after_seq)

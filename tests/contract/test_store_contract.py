@@ -981,6 +981,24 @@ async def test_list_tasks_pages_newest_first_with_the_same_filters(store: Store)
     assert [seq for p in pages for seq in p] == oldest_first[::-1]
 
 
+async def test_recent_timings_are_the_newest_tasks_with_their_times_and_error_type(
+    store: Store,
+) -> None:
+    failed = await run_one(store, tenant="a", n=1)
+    await finish(store, failed, S.FAILED, NOW + 2, error=fail())
+    done = await run_one(store, NOW + 1, tenant="a", n=2)
+    await finish(store, done, S.SUCCEEDED, NOW + 3)
+    theirs = await submit(store, NOW + 4, tenant="b")
+    newest = await store.recent_timings(None, 2)
+    assert [t.id for t in newest] == [theirs.id, done.id]
+    (d,) = [t for t in newest if t.id == done.id]
+    assert (d.kind, d.status, d.error_type, d.attempts) == ("echo", S.SUCCEEDED, "", 1)
+    assert (d.created_at, d.started_at, d.finished_at) == (NOW + 1, NOW + 1, NOW + 3)
+    assert d.terminal and not newest[0].terminal
+    mine = await store.recent_timings("a", 10)
+    assert [(t.id, t.error_type) for t in mine] == [(done.id, ""), (failed.id, "fatal")]
+
+
 async def test_events_come_in_order_and_page_by_seq(store: Store) -> None:
     t = await run_one(store)
     await finish(store, t, S.RETRYING, NOW + 1, next_attempt_at=NOW + 1, error=fail("x"))

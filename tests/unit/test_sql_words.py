@@ -23,6 +23,7 @@ OTHER_WORDS = {
     "search_path": "PostgreSQL's setting",
     "floodway_changes": "PostgreSQL's NOTIFY channel of this ledger",
     "advisory": "PostgreSQL's kind of lock (pg_locks.locktype)",
+    "type": "PostgreSQL's ->> of a task error's field (SQLite's is a $.type path)",
 }
 _QUOTED = re.compile(r"'([^']*)'")
 _JSON_PATH = re.compile(r"^\$\.\w+$")  # SQLite's json_extract of a row's field

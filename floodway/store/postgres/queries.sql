@@ -641,6 +641,12 @@ WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
   AND seq > %(after_seq)s
 ORDER BY seq LIMIT %(limit)s;
 
+-- name: recent_timings
+SELECT id, kind, status, error::jsonb ->> 'type' AS error_type, attempts, created_at,
+       started_at, finished_at
+FROM tasks WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
+ORDER BY seq DESC LIMIT %(limit)s;
+
 -- name: list_tasks_desc
 SELECT * FROM tasks
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)

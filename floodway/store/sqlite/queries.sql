@@ -488,6 +488,12 @@ WHERE (:tenant IS NULL OR tenant = :tenant) AND (:status IS NULL OR status = :st
   AND (:batch_id IS NULL OR batch_id = :batch_id) AND seq < :before_seq
 ORDER BY seq DESC LIMIT :limit;
 
+-- name: recent_timings
+SELECT id, kind, status, json_extract(error, '$.type') AS error_type, attempts, created_at,
+       started_at, finished_at
+FROM tasks WHERE :tenant IS NULL OR tenant = :tenant
+ORDER BY seq DESC LIMIT :limit;
+
 -- name: batch_counts
 SELECT status, count(*) AS count FROM tasks
 WHERE batch_id = :batch_id AND (:tenant IS NULL OR tenant = :tenant)

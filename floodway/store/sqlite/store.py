@@ -76,6 +76,7 @@ SCANS = frozenset(
         "stats",
         "list_tasks",
         "list_tasks_desc",
+        "recent_timings",
         "spend_totals",
         "spend_series",
         "list_workers",
