@@ -2,7 +2,8 @@
 by id, by the work they wait on or by deadline must not walk the status index, which lists
 every queued task. One such walk per completion made a drain quadratic in the queue's size.
 Commits do not copy the WAL back into the database inline: a checkpointer does. And a view's
-scan (a count over every task) does not hold up the reads that work waits on."""
+scan (a count over every task) does not hold up the reads that work waits on, and a memory
+ledger's reads do not trip on its writes."""
 
 from __future__ import annotations
 
@@ -112,3 +113,31 @@ async def test_a_scan_does_not_hold_up_a_look_at_a_task(
         finally:
             release.set()
         assert (await counting).by_status["queued"] == 1
+
+
+async def test_a_memory_ledger_reads_beside_its_writes() -> None:
+    """A memory database's connections share one cache, whose table locks failed reads that
+    met a write ("database table is locked"): lists and counts while tasks run, all answer."""
+    fw = Floodway(database="sqlite://:memory:")
+
+    @fw.kind("k")
+    async def handler(ctx: object, value: dict[str, int]) -> dict[str, int]:
+        return value
+
+    async with fw, fw.worker(concurrency=16):
+        done = asyncio.Event()
+
+        async def look() -> int:
+            looks = 0
+            while not done.is_set():
+                await fw.stats()
+                await fw.list_tasks()
+                looks += 1
+            return looks
+
+        looking = asyncio.create_task(look())
+        tasks = await fw.submit_many("k", [{"n": n} for n in range(500)])
+        ended = [await fw.wait(t.id, timeout=60) for t in tasks]
+        done.set()
+        assert await looking > 0
+    assert {t.status.value for t in ended} == {"succeeded"}

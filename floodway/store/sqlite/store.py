@@ -1,6 +1,6 @@
 """The embedded ledger: one SQLite file in WAL mode, one writer thread, two reader threads
 (one for the reads work waits on, one for the views whose cost grows with the ledger:
-:data:`SCANS`).
+:data:`SCANS`). A memory database reads on the writer's thread.
 
 The writer thread runs the group commit (:mod:`floodway.store.group`) over every write that is
 waiting when a transaction starts; the rules run inside it, synchronously. It never copies the
@@ -139,8 +139,9 @@ class SqliteStore(Ledger):
             self._keepalive = self.connect()
         await asyncio.to_thread(self._migrate)
         await asyncio.to_thread(self._writer.start)
-        await asyncio.to_thread(self._reader.start)
-        await asyncio.to_thread(self._scanner.start)
+        if not self._uri:
+            await asyncio.to_thread(self._reader.start)
+            await asyncio.to_thread(self._scanner.start)
         if not self._uri:
             self.checkpointer = Checkpointer(self.connect, CHECKPOINT_EVERY_S)
             await asyncio.to_thread(self.checkpointer.start)
@@ -195,10 +196,17 @@ class SqliteStore(Ledger):
     async def _fetch(self, query: Query) -> Any:
         self._require_open()
         try:
-            reader = self._scanner if query.name in SCANS else self._reader
-            return await reader.run(query)
+            return await self._reader_of(query).run(query)
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
+
+    def _reader_of(self, query: Query) -> ConnectionThread[Query] | ConnectionThread[Write | Query]:
+        """The thread a read runs on. A memory database's connections share one cache, whose
+        table locks a reader and the writer would trip on ("database table is locked"):
+        there, every read runs on the writer's connection, behind the writes."""
+        if self._uri:
+            return self._writer
+        return self._scanner if query.name in SCANS else self._reader
 
     async def _commit(self, write: Write) -> Written:
         self._require_open()
