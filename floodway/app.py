@@ -51,6 +51,7 @@ from floodway.store.base import (
     StoreStats,
     TaskEvent,
     TaskQuery,
+    TaskTiming,
     WorkerInfo,
 )
 from floodway.store.factory import open_store
@@ -376,6 +377,13 @@ class Floodway:
         """Tasks per status and per kind: one tenant's, or (None) everyone's."""
         await self.open()
         return await self.runtime.store.stats(tenant)
+
+    async def recent_timings(
+        self, *, tenant: str | None = None, limit: int = 500
+    ) -> list[TaskTiming]:
+        """The newest ``limit`` tasks' timings (one tenant's, or everyone's), newest first."""
+        await self.open()
+        return await self.runtime.store.recent_timings(tenant, limit)
 
     async def spend(self, query: SpendQuery) -> SpendReport:
         """What was spent and saved per tenant and kind, in total and over time."""

@@ -65,8 +65,7 @@ class Recent:
         self.size = size
 
     async def window(self, fw: Floodway, tenant: str | None = None) -> Window:
-        await fw.open()
-        newest = await fw.runtime.store.recent_timings(tenant, self.size)
+        newest = await fw.recent_timings(tenant=tenant, limit=self.size)
         return Window(tuple(reversed(newest)))
 
 

@@ -139,10 +139,9 @@ class SqliteStore(Ledger):
             self._keepalive = self.connect()
         await asyncio.to_thread(self._migrate)
         await asyncio.to_thread(self._writer.start)
-        if not self._uri:
+        if not self._uri:  # a file: its readers and a checkpointer (a memory database has no WAL)
             await asyncio.to_thread(self._reader.start)
             await asyncio.to_thread(self._scanner.start)
-        if not self._uri:
             self.checkpointer = Checkpointer(self.connect, CHECKPOINT_EVERY_S)
             await asyncio.to_thread(self.checkpointer.start)
         self._hold_liveness()
